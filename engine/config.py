@@ -1,0 +1,91 @@
+"""Configuration of one engine instance (one server's worth of KV and scheduling) and of the
+model architecture it runs (read from a Hugging Face `config.json`)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True, slots=True)
+class ModelConfig:
+    """The Llama-architecture fields the numpy forward pass needs (HF `config.json` names)."""
+
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    max_position_embeddings: int
+    rms_norm_eps: float = 1e-5
+    rope_theta: float = 10000.0
+    bos_token_id: int | None = None
+    eos_token_id: int | None = None
+    tie_word_embeddings: bool = False
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, object]) -> ModelConfig:
+        arch = raw.get("architectures") or ["LlamaForCausalLM"]
+        if not isinstance(arch, list) or "LlamaForCausalLM" not in arch:
+            raise ValueError(f"unsupported architecture {arch!r}: only LlamaForCausalLM runs on CPU")
+        eos = raw.get("eos_token_id")
+        if isinstance(eos, list):  # HF allows several; the first is the canonical one
+            eos = eos[0] if eos else None
+        heads = int(raw["num_attention_heads"])  # type: ignore[call-overload]
+        return cls(
+            vocab_size=int(raw["vocab_size"]),  # type: ignore[call-overload]
+            hidden_size=int(raw["hidden_size"]),  # type: ignore[call-overload]
+            intermediate_size=int(raw["intermediate_size"]),  # type: ignore[call-overload]
+            num_hidden_layers=int(raw["num_hidden_layers"]),  # type: ignore[call-overload]
+            num_attention_heads=heads,
+            num_key_value_heads=int(raw.get("num_key_value_heads", heads)),  # type: ignore[call-overload]
+            max_position_embeddings=int(raw["max_position_embeddings"]),  # type: ignore[call-overload]
+            rms_norm_eps=float(raw.get("rms_norm_eps", 1e-5)),  # type: ignore[arg-type]
+            rope_theta=float(raw.get("rope_theta", 10000.0)),  # type: ignore[arg-type]
+            bos_token_id=raw.get("bos_token_id"),  # type: ignore[arg-type]
+            eos_token_id=eos,  # type: ignore[arg-type]
+            tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
+        )
+
+    @classmethod
+    def from_pretrained(cls, model_dir: Path) -> ModelConfig:
+        return cls.from_dict(json.loads((model_dir / "config.json").read_text()))
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    """Sizes and switches of one engine.
+
+    `kv_capacity_tokens` defaults to the brief's figure: 40 GB left after the weights at
+    0.5 MB per token is about 80,000 tokens of KV on one server.
+
+    The step budget is counted in *cost*, not tokens (see ARCHITECTURE.md, performance notes):
+    a token costs `1 + context / attention_cost_tokens` units, where context is how many
+    positions it attends to. `max_step_cost` caps the sum over one step, so a chunk deep in a
+    30,000-token prompt is small and the running streams keep their pace.
+    """
+
+    kv_capacity_tokens: int = 80_000
+    block_size: int = 16
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 512
+    max_step_cost: float = 4096.0
+    attention_cost_tokens: float = 256.0
+    enable_chunked_prefill: bool = True
+    enable_prefix_caching: bool = True
+
+    def __post_init__(self) -> None:
+        if self.block_size < 1 or self.kv_capacity_tokens < self.block_size:
+            raise ValueError("kv_capacity_tokens must hold at least one block of block_size >= 1")
+        if self.max_num_seqs < 1 or self.max_num_batched_tokens < 1 or self.max_step_cost <= 0:
+            raise ValueError("max_num_seqs, max_num_batched_tokens and max_step_cost must be positive")
+
+    @property
+    def num_blocks(self) -> int:
+        return self.kv_capacity_tokens // self.block_size

@@ -1,0 +1,124 @@
+"""`switchyard.yaml`: the models, pools and gateway settings every component reads.
+
+Validated once at load with pydantic, so a typo in the file is a clear error at start-up
+rather than a surprise in a running server.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from engine.config import EngineConfig
+
+DEFAULT_CONFIG_PATH = Path(__file__).resolve().parent.parent / "switchyard.yaml"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Architecture(_Strict):
+    """Llama shape of a model the project builds itself (`switchyard build`)."""
+
+    hidden_size: Annotated[int, Field(ge=8)]
+    intermediate_size: Annotated[int, Field(ge=8)]
+    num_hidden_layers: Annotated[int, Field(ge=1)]
+    num_attention_heads: Annotated[int, Field(ge=1)]
+    num_key_value_heads: Annotated[int, Field(ge=1)]
+    vocab_size: Annotated[int, Field(ge=300)]
+
+    @model_validator(mode="after")
+    def _heads_divide(self) -> Architecture:
+        if self.hidden_size % self.num_attention_heads:
+            raise ValueError("hidden_size must be a multiple of num_attention_heads")
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ValueError("num_attention_heads must be a multiple of num_key_value_heads")
+        return self
+
+
+class ModelSpec(_Strict):
+    """The brief's Model record, plus what `switchyard build` needs to make one."""
+
+    weights_gb: float = 0.0
+    gpus_per_copy: Annotated[int, Field(ge=1)] = 1
+    weights_uri: str
+    max_context_tokens: Annotated[int, Field(ge=16)]
+    architecture: Architecture | None = None  # None: an operator-provided checkpoint
+    seed: int = 0
+
+
+class EngineSpec(_Strict):
+    kv_capacity_tokens: Annotated[int, Field(ge=16)] = 80_000
+    block_size: Annotated[int, Field(ge=1)] = 16
+    max_num_seqs: Annotated[int, Field(ge=1)] = 256
+    max_num_batched_tokens: Annotated[int, Field(ge=1)] = 512
+    max_step_cost: Annotated[float, Field(gt=0)] = 4096.0
+    enable_chunked_prefill: bool = True
+    enable_prefix_caching: bool = True
+
+    def to_engine_config(self) -> EngineConfig:
+        return EngineConfig(**self.model_dump())
+
+
+class Ports(_Strict):
+    http: Annotated[int, Field(ge=1, le=65535)]
+    grpc: Annotated[int, Field(ge=1, le=65535)]
+    metrics: Annotated[int, Field(ge=1, le=65535)]
+
+
+class PoolSpec(_Strict):
+    """The brief's Pool record: the servers that run one model, and how each is sized."""
+
+    model_id: str
+    target_copies: Annotated[int, Field(ge=0)] = 1
+    engine: EngineSpec = EngineSpec()
+    ports: Ports
+
+
+class GatewaySpec(_Strict):
+    host: str = "127.0.0.1"
+    port: Annotated[int, Field(ge=1, le=65535)] = 8000
+
+
+class SwitchyardConfig(_Strict):
+    """The whole file. `root` is the folder relative paths resolve against."""
+
+    root: Path = Path(".")
+    var_dir: str = "var"
+    models: dict[str, ModelSpec]
+    pools: dict[str, PoolSpec]
+    gateway: GatewaySpec = GatewaySpec()
+
+    @model_validator(mode="after")
+    def _pools_name_models(self) -> SwitchyardConfig:
+        for pool_id, pool in self.pools.items():
+            if pool.model_id not in self.models:
+                raise ValueError(f"pool {pool_id!r} names unknown model {pool.model_id!r}")
+        return self
+
+    @property
+    def var_path(self) -> Path:
+        return self.root / self.var_dir
+
+    def model_dir(self, model_id: str) -> Path:
+        return self.root / self.models[model_id].weights_uri
+
+    def pool_repository(self, pool_id: str) -> Path:
+        """Where `switchyard build` writes the filled Triton model repository of a pool."""
+        return self.var_path / "model_repository" / pool_id
+
+    def pools_for_model(self, model_id: str) -> list[str]:
+        return [pid for pid, pool in self.pools.items() if pool.model_id == model_id]
+
+
+def load_config(path: Path | None = None) -> SwitchyardConfig:
+    """Read and validate `switchyard.yaml` (the repository's own by default)."""
+    path = (path or DEFAULT_CONFIG_PATH).resolve()
+    raw = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(raw, dict):
+        raise ValueError(f"{path}: expected a mapping at the top level")
+    return SwitchyardConfig(root=path.parent, **raw)
