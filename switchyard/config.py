@@ -84,6 +84,17 @@ class GatewaySpec(_Strict):
     port: Annotated[int, Field(ge=1, le=65535)] = 8000
 
 
+class RedisSpec(_Strict):
+    """Where shared state lives. `make up` starts a local redis-server on this port."""
+
+    host: str = "127.0.0.1"
+    port: Annotated[int, Field(ge=1, le=65535)] = 6390
+
+    @property
+    def url(self) -> str:
+        return f"redis://{self.host}:{self.port}/0"
+
+
 class SwitchyardConfig(_Strict):
     """The whole file. `root` is the folder relative paths resolve against."""
 
@@ -92,6 +103,7 @@ class SwitchyardConfig(_Strict):
     models: dict[str, ModelSpec]
     pools: dict[str, PoolSpec]
     gateway: GatewaySpec = GatewaySpec()
+    redis: RedisSpec = RedisSpec()
 
     @model_validator(mode="after")
     def _pools_name_models(self) -> SwitchyardConfig:

@@ -1,0 +1,48 @@
+# Switchyard. Two commands matter: `make up` runs the platform, `make test` runs the tests.
+# Both bootstrap what they need on a fresh machine: the venv, the packages, redis-server.
+
+PYTHON  ?= python3
+VENV    := .venv
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.installed-stamp
+PORT    ?= 8000
+PACKAGES := engine bls gateway quota build_engines switchyard bench
+SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: up test unit integration lint bench build redis clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev]'
+	touch $(STAMP)
+
+# redis-server from Debian's packages when it is missing.
+redis:
+	@command -v redis-server >/dev/null 2>&1 || { \
+	  echo "installing redis-server with apt"; \
+	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq redis-server >/dev/null; }
+
+build: $(STAMP)
+	$(BIN)/switchyard build
+
+up: $(STAMP) redis build
+	$(BIN)/switchyard up --port $(PORT)
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/mypy $(PACKAGES)
+
+unit: $(STAMP)
+	$(BIN)/pytest -q -m "not integration"
+
+integration: $(STAMP) redis
+	$(BIN)/pytest -q -m integration
+
+test: $(STAMP) redis lint
+	$(BIN)/pytest -q
+
+bench: $(STAMP) redis build
+	$(BIN)/python -m bench
+
+clean:
+	rm -rf var .mypy_cache .ruff_cache

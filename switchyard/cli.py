@@ -1,0 +1,95 @@
+"""`switchyard`: the one command-line entry point.
+
+    switchyard build [--model ID]     build the models and fill each pool's Triton repository
+    switchyard triton --pool POOL     run one pool's Triton server in the foreground
+    switchyard gateway                run the HTTP gateway in the foreground
+    switchyard up                     the whole platform: Redis, Triton per pool, gateway
+
+Each subcommand imports what it needs when it runs, so `switchyard --help` stays instant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from switchyard.config import SwitchyardConfig, load_config
+
+
+def _cmd_build(config: SwitchyardConfig, args: argparse.Namespace) -> int:
+    from build_engines.build import build_model
+    from build_engines.repository import fill_repository
+
+    model_ids = [args.model] if args.model else list(config.models)
+    for model_id in model_ids:
+        if model_id not in config.models:
+            print(f"unknown model {model_id!r}; configured: {', '.join(config.models)}", file=sys.stderr)
+            return 2
+        build_model(model_id, config.models[model_id], config.model_dir(model_id))
+    for pool_id, pool in config.pools.items():
+        if pool.model_id in model_ids:
+            path = fill_repository(config, pool_id)
+            print(f"pool {pool_id}: model repository at {path}")
+    return 0
+
+
+def _cmd_triton(config: SwitchyardConfig, args: argparse.Namespace) -> int:
+    from switchyard.triton_server import run_triton
+
+    if args.pool not in config.pools:
+        print(f"unknown pool {args.pool!r}; configured: {', '.join(config.pools)}", file=sys.stderr)
+        return 2
+    return run_triton(config, args.pool)
+
+
+def _cmd_gateway(config: SwitchyardConfig, args: argparse.Namespace) -> int:
+    from gateway.server import serve
+
+    serve(config, host=args.host or config.gateway.host, port=args.port or config.gateway.port)
+    return 0
+
+
+def _cmd_up(config: SwitchyardConfig, args: argparse.Namespace) -> int:
+    from switchyard.stack import run_stack
+
+    return run_stack(config, gateway_port=args.port or config.gateway.port)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="switchyard", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", type=Path, default=None, help="path to switchyard.yaml")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    build = sub.add_parser("build", help="build models and fill Triton model repositories")
+    build.add_argument("--model", help="build only this model (default: all)")
+    build.set_defaults(func=_cmd_build)
+
+    triton = sub.add_parser("triton", help="run one pool's Triton server")
+    triton.add_argument("--pool", required=True)
+    triton.set_defaults(func=_cmd_triton)
+
+    gateway = sub.add_parser("gateway", help="run the HTTP gateway")
+    gateway.add_argument("--host", default=None)
+    gateway.add_argument("--port", type=int, default=None)
+    gateway.set_defaults(func=_cmd_gateway)
+
+    up = sub.add_parser("up", help="run the whole platform until Ctrl-C")
+    up.add_argument("--port", type=int, default=None, help="gateway port (default from config)")
+    up.set_defaults(func=_cmd_up)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        config = load_config(args.config)
+    except (OSError, ValueError) as exc:
+        print(f"switchyard: cannot load config: {exc}", file=sys.stderr)
+        return 2
+    result: int = args.func(config, args)
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,110 @@
+"""A child process the platform owns: started in its own process group with its output in a
+log file, and stopped with everything it spawned (Triton's Python stubs, uvicorn workers), so
+Ctrl-C never leaves orphans behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+
+
+class ManagedProcess:
+    """One long-running child: `start()`, `alive()`, `stop()`; usable as a context manager."""
+
+    def __init__(
+        self,
+        name: str,
+        argv: Sequence[str],
+        log_path: Path,
+        env: Mapping[str, str] | None = None,
+        cwd: Path | None = None,
+    ) -> None:
+        self.name = name
+        self.argv = list(argv)
+        self.log_path = log_path
+        self.env = dict(env) if env is not None else None
+        self.cwd = cwd
+        self._popen: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self._popen.pid if self._popen else None
+
+    def start(self) -> None:
+        if self._popen is not None:
+            raise RuntimeError(f"{self.name} already started")
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("ab") as log:
+            self._popen = subprocess.Popen(
+                self.argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=self.env,
+                cwd=self.cwd,
+                start_new_session=True,  # own process group: stop() reaches its children
+            )
+
+    def alive(self) -> bool:
+        return self._popen is not None and self._popen.poll() is None
+
+    def returncode(self) -> int | None:
+        return self._popen.poll() if self._popen else None
+
+    def log_tail(self, max_bytes: int = 4000) -> str:
+        """The end of the process's log, for error messages that say what went wrong."""
+        try:
+            data = self.log_path.read_bytes()
+        except FileNotFoundError:
+            return ""
+        return data[-max_bytes:].decode("utf-8", errors="replace")
+
+    def stop(self, timeout_s: float = 15.0) -> None:
+        """SIGTERM the whole group, wait up to `timeout_s`, then SIGKILL what is left."""
+        if self._popen is None:
+            return
+        pgid = self._popen.pid
+        if self._popen.poll() is None:
+            _signal_group(pgid, signal.SIGTERM)
+            try:
+                self._popen.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                _signal_group(pgid, signal.SIGKILL)
+                self._popen.wait(timeout=5)
+        # Children that outlived their parent (a stub whose server died) still share the group.
+        _signal_group(pgid, signal.SIGKILL)
+        self._popen = None
+
+    def __enter__(self) -> ManagedProcess:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def wait_until(predicate: Callable[[], bool], timeout_s: float, interval_s: float = 0.2) -> bool:
+    """Poll `predicate()` until it is true or `timeout_s` passes; returns whether it became true."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval_s)
+    return bool(predicate())
