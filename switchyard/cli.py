@@ -46,7 +46,7 @@ def _cmd_triton(config: SwitchyardConfig, args: argparse.Namespace) -> int:
 def _cmd_gateway(config: SwitchyardConfig, args: argparse.Namespace) -> int:
     from gateway.server import serve
 
-    serve(config, host=args.host or config.gateway.host, port=args.port or config.gateway.port)
+    serve(config, host=args.host, port=args.port)
     return 0
 
 

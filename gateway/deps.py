@@ -1,0 +1,64 @@
+"""FastAPI dependencies as `Annotated` aliases: routes declare `registry: RegistryDep` and
+never reach into `app.state` themselves."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from gateway.backend import GenerationBackend
+from gateway.catalog import ModelCatalog
+from gateway.metrics import GatewayMetrics
+from gateway.requests_registry import RequestRegistry
+from gateway.settings import GatewaySettings
+from switchyard.config import SwitchyardConfig
+
+
+@dataclass(frozen=True, slots=True)
+class Services:
+    """What the lifespan builds: live for as long as the app serves."""
+
+    config: SwitchyardConfig
+    catalog: ModelCatalog
+    backend: GenerationBackend
+    registry: RequestRegistry
+
+
+def get_settings(request: Request) -> GatewaySettings:
+    settings = request.app.state.settings
+    assert isinstance(settings, GatewaySettings)
+    return settings
+
+
+def get_metrics(request: Request) -> GatewayMetrics:
+    metrics = request.app.state.metrics
+    assert isinstance(metrics, GatewayMetrics)
+    return metrics
+
+
+def get_services(request: Request) -> Services:
+    services = getattr(request.app.state, "services", None)
+    if not isinstance(services, Services):
+        raise RuntimeError("the gateway's lifespan has not run: serve the app with lifespan enabled")
+    return services
+
+
+def get_catalog(request: Request) -> ModelCatalog:
+    return get_services(request).catalog
+
+
+def get_backend(request: Request) -> GenerationBackend:
+    return get_services(request).backend
+
+
+def get_registry(request: Request) -> RequestRegistry:
+    return get_services(request).registry
+
+
+SettingsDep = Annotated[GatewaySettings, Depends(get_settings)]
+MetricsDep = Annotated[GatewayMetrics, Depends(get_metrics)]
+CatalogDep = Annotated[ModelCatalog, Depends(get_catalog)]
+BackendDep = Annotated[GenerationBackend, Depends(get_backend)]
+RegistryDep = Annotated[RequestRegistry, Depends(get_registry)]

@@ -1,0 +1,216 @@
+"""Generation requests in flight, by request id: what DELETE cancels and what it reports.
+
+Each accepted request runs in its own task (the *pump*) that reads the backend's deltas into an
+`InflightRequest`; HTTP responses only read that record. So the generation's lifetime does not
+hang on one HTTP connection: a DELETE from another connection cancels it, a disconnect cancels
+it, and a later "attach to a running request" is one more reader of the same record.
+
+    POST ──start()──▶ pump task ──backend.generate()──▶ InflightRequest.deltas ──▶ SSE / JSON
+    DELETE ─cancel()─▶ backend.cancel(id); after a grace period, pump_task.cancel()
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import replace
+
+from gateway.backend import BackendError, GenerationBackend, GenerationDelta, GenerationRequest, Usage
+from gateway.metrics import GatewayMetrics
+
+logger = logging.getLogger(__name__)
+
+
+class RequestIdInUse(Exception):
+    """A request with this id is already in flight."""
+
+
+class InflightRequest:
+    """One running generation: deltas so far, usage so far, and how it ended once it has."""
+
+    def __init__(self, request: GenerationRequest, prompt_tokens: int, started_at: float) -> None:
+        self.request = request
+        self.started_at = started_at
+        self.usage = Usage(prompt_tokens=prompt_tokens)
+        self.deltas: list[GenerationDelta] = []  # those that carried text or tokens
+        self.first_token_at: float | None = None
+        self.stop_reason: str | None = None
+        self.error: BaseException | None = None
+        self._changed = asyncio.Event()
+        self._done = asyncio.Event()
+
+    @property
+    def request_id(self) -> str:
+        return self.request.request_id
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    @property
+    def text(self) -> str:
+        return "".join(delta.text for delta in self.deltas)
+
+    def apply(self, delta: GenerationDelta, now: float) -> None:
+        """Record one backend delta. The server's counters win over ours when it sends them."""
+        if delta.usage is not None:
+            self.usage = delta.usage
+        elif delta.token_ids:
+            self.usage = replace(
+                self.usage, completion_tokens=self.usage.completion_tokens + len(delta.token_ids)
+            )
+        if delta.text or delta.token_ids:
+            if self.first_token_at is None:
+                self.first_token_at = now
+            self.deltas.append(delta)
+        if delta.finish_reason is not None:
+            self.stop_reason = delta.finish_reason
+        self._notify()
+
+    def finish(self, stop_reason: str | None = None, error: BaseException | None = None) -> None:
+        """Mark the request ended (idempotent: the first ending wins)."""
+        if self.done:
+            return
+        if self.stop_reason is None:
+            self.stop_reason = stop_reason
+            self.error = error
+        self._done.set()
+        self._notify()
+
+    def _notify(self) -> None:
+        # Wake every current waiter, then arm a fresh event for the next change.
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def wait_changed(self, seen: int, timeout: float | None = None) -> bool:
+        """Wait until there are more than `seen` deltas or the request ended; False on timeout."""
+        if len(self.deltas) > seen or self.done:
+            return True
+        try:
+            await asyncio.wait_for(self._changed.wait(), timeout)
+        except asyncio.TimeoutError:  # not the builtin before Python 3.11
+            return False
+        return True
+
+    async def wait_started(self) -> None:
+        """Until the first text or the end, whichever comes first."""
+        while not self.deltas and not self.done:
+            await self.wait_changed(0)
+
+    async def wait_done(self) -> None:
+        await self._done.wait()
+
+
+class RequestRegistry:
+    """Starts, tracks and cancels the gateway's in-flight generations."""
+
+    def __init__(
+        self,
+        backend: GenerationBackend,
+        metrics: GatewayMetrics,
+        cancel_grace_s: float = 2.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._backend = backend
+        self._metrics = metrics
+        self._cancel_grace_s = cancel_grace_s
+        self._clock = clock
+        self._inflight: dict[str, InflightRequest] = {}
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._background: set[asyncio.Task[object]] = set()
+
+    def get(self, request_id: str) -> InflightRequest | None:
+        return self._inflight.get(request_id)
+
+    def __len__(self) -> int:
+        return len(self._inflight)
+
+    def start(self, request: GenerationRequest, prompt_tokens: int) -> InflightRequest:
+        """Accept `request` and start generating it in the background."""
+        if request.request_id in self._inflight:
+            raise RequestIdInUse(request.request_id)
+        entry = InflightRequest(request, prompt_tokens, self._clock())
+        task = asyncio.create_task(self._pump(entry), name=f"generate:{request.request_id}")
+        self._inflight[request.request_id] = entry
+        self._tasks[request.request_id] = task
+        self._metrics.in_flight.labels(request.model_id, request.request_class).inc()
+        task.add_done_callback(lambda t: self._on_pump_done(entry, t))
+        return entry
+
+    async def cancel(self, request_id: str) -> InflightRequest | None:
+        """Cancel a request and wait until it has ended; None if it is not in flight.
+
+        The backend is asked first, so the stream ends through its normal path; a backend that
+        does not know the id yet (or ignores it) gets its reading task cancelled instead.
+        """
+        entry = self._inflight.get(request_id)
+        task = self._tasks.get(request_id)
+        if entry is None or task is None:
+            return None
+        if not await self._backend.cancel(request_id):
+            task.cancel()
+        await asyncio.wait({task}, timeout=self._cancel_grace_s)
+        if not task.done():
+            task.cancel()
+            await asyncio.wait({task})
+        return entry
+
+    def cancel_soon(self, request_id: str) -> None:
+        """`cancel()` from code that must not await (a response closing under cancellation)."""
+        if request_id not in self._inflight:
+            return
+        task: asyncio.Task[object] = asyncio.create_task(self.cancel(request_id))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def close(self) -> None:
+        """Shutdown: cancel everything still running and wait for it."""
+        tasks = list(self._tasks.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, *self._background, return_exceptions=True)
+
+    async def _pump(self, entry: InflightRequest) -> None:
+        stream = self._backend.generate(entry.request)
+        try:
+            async for delta in stream:
+                first = entry.first_token_at is None
+                entry.apply(delta, self._clock())
+                if first and entry.first_token_at is not None:
+                    self._observe_first_token(entry)
+                if delta.finish_reason is not None:
+                    break
+        finally:
+            aclose = getattr(stream, "aclose", None)
+            if aclose is not None:
+                await aclose()
+
+    def _observe_first_token(self, entry: InflightRequest) -> None:
+        assert entry.first_token_at is not None
+        labels = (entry.request.model_id, entry.request.request_class)
+        self._metrics.time_to_first_token.labels(*labels).observe(entry.first_token_at - entry.started_at)
+
+    def _on_pump_done(self, entry: InflightRequest, task: asyncio.Task[None]) -> None:
+        if task.cancelled():
+            entry.finish(stop_reason="cancelled")
+        elif (exc := task.exception()) is not None:
+            if not isinstance(exc, BackendError):
+                logger.error("request %s failed", entry.request_id, exc_info=exc)
+            entry.finish(error=exc)
+        elif entry.stop_reason is None:
+            entry.finish(error=BackendError("the backend ended the stream without a finish reason"))
+        else:
+            entry.finish()
+        self._inflight.pop(entry.request_id, None)
+        self._tasks.pop(entry.request_id, None)
+        self._record(entry)
+
+    def _record(self, entry: InflightRequest) -> None:
+        labels = (entry.request.model_id, entry.request.request_class)
+        self._metrics.in_flight.labels(*labels).dec()
+        self._metrics.requests.labels(*labels, entry.stop_reason or "error").inc()
+        self._metrics.latency.labels(*labels).observe(self._clock() - entry.started_at)
+        for kind, count in entry.usage.as_dict().items():
+            self._metrics.tokens.labels(*labels, kind.removesuffix("_tokens")).inc(count)

@@ -1,0 +1,33 @@
+"""Gateway process settings, from the environment (`SWITCHYARD_*`).
+
+Models and pools come from `switchyard.yaml`; these are the knobs of one gateway process.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class GatewaySettings(BaseSettings):
+    """`SWITCHYARD_CONFIG`, `SWITCHYARD_HOST`, `SWITCHYARD_PORT`, ... (unset: the defaults)."""
+
+    model_config = SettingsConfigDict(env_prefix="SWITCHYARD_", frozen=True, extra="ignore")
+
+    # switchyard.yaml to load; None: the repository's own.
+    config: Path | None = None
+    # Override the file's `gateway.host` / `gateway.port`.
+    host: str | None = None
+    port: Annotated[int, Field(ge=1, le=65535)] | None = None
+    # Where the pools' Triton servers listen (each pool's gRPC port comes from the file).
+    triton_host: str = "127.0.0.1"
+    # Retry-After sent with 503s, in seconds.
+    retry_after_s: Annotated[int, Field(ge=1)] = 5
+    # An SSE comment line this often while a stream is idle keeps proxies from closing it and
+    # notices a client that went away during a long prefill.
+    sse_heartbeat_s: Annotated[float, Field(gt=0)] = 15.0
+    # How long a cancel waits for the backend to end the stream before cancelling the task.
+    cancel_grace_s: Annotated[float, Field(ge=0)] = 2.0

@@ -1,0 +1,64 @@
+"""Server-sent events framing for /v1/generate streams.
+
+    data: {"request_id": "r1", "text": "Hel", "token_ids": [15, 2]}      one per delta
+    data: {"request_id": "r1", "text": "", "stop_reason": "length", "usage": {...}}
+    data: [DONE]
+
+A failure after the stream started ends it with `event: error` and the usual error body
+instead of the final event. While nothing happens, a `: keep-alive` comment goes out every
+`heartbeat_s`, so proxies keep the connection and a client that left is noticed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from gateway.errors import error_payload
+from gateway.requests_registry import InflightRequest, RequestRegistry
+
+HEARTBEAT = b": keep-alive\n\n"
+DONE = b"data: [DONE]\n\n"
+
+
+def sse_event(data: dict[str, Any], event: str | None = None) -> bytes:
+    """One SSE event. JSON never contains a raw newline, so one `data:` line suffices."""
+    head = f"event: {event}\n" if event else ""
+    return f"{head}data: {json.dumps(data, ensure_ascii=False, separators=(',', ':'))}\n\n".encode()
+
+
+async def stream_events(
+    entry: InflightRequest, registry: RequestRegistry, heartbeat_s: float
+) -> AsyncIterator[bytes]:
+    """The SSE body of one request. If the response closes before the request ends (the
+    client went away), the request is cancelled, which frees the server's KV."""
+    request_id = entry.request_id
+    seen = 0
+    try:
+        while True:
+            while seen < len(entry.deltas):
+                delta = entry.deltas[seen]
+                seen += 1
+                yield sse_event(
+                    {"request_id": request_id, "text": delta.text, "token_ids": list(delta.token_ids)}
+                )
+            if entry.done:
+                break
+            if not await entry.wait_changed(seen, timeout=heartbeat_s):
+                yield HEARTBEAT
+        if entry.error is not None:
+            yield sse_event({"request_id": request_id, **error_payload(entry.error)}, event="error")
+            return
+        final = {
+            "request_id": request_id,
+            "text": "",
+            "stop_reason": entry.stop_reason,
+            "usage": entry.usage.as_dict(),
+        }
+        yield sse_event(final)
+        yield DONE
+    finally:
+        if not entry.done:
+            # We may be inside a cancelled scope here, so hand the cancel to its own task.
+            registry.cancel_soon(request_id)

@@ -1,0 +1,105 @@
+"""GET /healthz, /readyz, /v1/models and /metrics."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+from fastapi import FastAPI
+from prometheus_client.parser import text_string_to_metric_families
+
+from gateway.app import create_app
+from gateway.backend import PoolReadiness
+
+
+async def test_healthz(client: httpx.AsyncClient) -> None:
+    response = await client.get("/healthz")
+    assert (response.status_code, response.json()) == (200, {"status": "ok"})
+
+
+async def test_readyz_when_every_pool_is_ready(client: httpx.AsyncClient) -> None:
+    response = await client.get("/readyz")
+    assert response.status_code == 200
+    assert response.json() == {
+        "status": "ready",
+        "pools": [
+            {"pool_id": "small", "model_id": "small", "ready": True, "detail": ""},
+            {"pool_id": "large", "model_id": "large", "ready": True, "detail": ""},
+        ],
+    }
+
+
+async def test_readyz_is_503_naming_the_pool_that_is_not(client: httpx.AsyncClient, backend: Any) -> None:
+    backend.pools[1] = PoolReadiness("large", "large", False, "model 'llm' not loaded")
+    response = await client.get("/readyz")
+    assert response.status_code == 503
+    body = response.json()
+    assert body["status"] == "not_ready"
+    assert body["pools"][1] == {
+        "pool_id": "large",
+        "model_id": "large",
+        "ready": False,
+        "detail": "model 'llm' not loaded",
+    }
+
+
+async def test_readyz_with_no_pools_is_not_ready(client: httpx.AsyncClient, backend: Any) -> None:
+    backend.pools = []
+    assert (await client.get("/readyz")).status_code == 503
+
+
+async def test_models_list(client: httpx.AsyncClient) -> None:
+    response = await client.get("/v1/models")
+    assert response.status_code == 200
+    assert response.json() == {
+        "object": "list",
+        "data": [
+            {"id": "small", "object": "model", "owned_by": "switchyard", "max_context_tokens": 64},
+            {"id": "large", "object": "model", "owned_by": "switchyard", "max_context_tokens": 36864},
+        ],
+    }
+
+
+async def test_one_model(client: httpx.AsyncClient) -> None:
+    assert (await client.get("/v1/models/large")).json()["max_context_tokens"] == 36864
+    missing = await client.get("/v1/models/huge")
+    assert missing.status_code == 404
+    assert missing.json()["error"]["type"] == "model_not_found"
+
+
+def sample(text: str, name: str, **labels: str) -> float:
+    for family in text_string_to_metric_families(text):
+        for found in family.samples:
+            if found.name == name and found.labels == labels:
+                return float(found.value)
+    raise AssertionError(f"no sample {name}{labels}")
+
+
+async def test_metrics_count_requests_tokens_and_errors(client: httpx.AsyncClient) -> None:
+    await client.post("/v1/generate", json={"model": "small", "prompt": "the fox", "max_tokens": 3})
+    await client.post("/v1/generate", json={"model": "small", "prompt": "the fox"})
+    response = await client.get("/metrics")
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/plain")
+    text = response.text
+    labels = {"model": "small", "request_class": "interactive"}
+    assert sample(text, "switchyard_gateway_requests_total", **labels, outcome="length") == 1
+    assert sample(text, "switchyard_gateway_tokens_total", **labels, kind="completion") == 4
+    assert sample(text, "switchyard_gateway_request_latency_seconds_count", **labels) == 1
+    assert sample(text, "switchyard_gateway_time_to_first_token_seconds_count", **labels) == 1
+    assert sample(text, "switchyard_gateway_requests_in_flight", **labels) == 0
+    errors = sample(text, "switchyard_gateway_errors_total", status="400", type="invalid_request_error")
+    assert errors == 1
+
+
+async def test_each_app_has_its_own_registry(app: FastAPI) -> None:
+    other = create_app(app.state.settings)
+    assert other.state.metrics.registry is not app.state.metrics.registry
+
+
+async def test_openapi_documents_the_api(client: httpx.AsyncClient) -> None:
+    spec = (await client.get("/openapi.json")).json()
+    assert {"/v1/generate", "/v1/generate/{request_id}", "/v1/models", "/readyz"} <= set(spec["paths"])
+    body = spec["components"]["schemas"]["GenerateBody"]
+    assert body["required"] == ["model", "prompt", "max_tokens"]
+    assert "class" in body["properties"]
