@@ -38,6 +38,12 @@ class ModelConfig:
         if isinstance(eos, list):  # HF allows several; the first is the canonical one
             eos = eos[0] if eos else None
         heads = int(raw["num_attention_heads"])  # type: ignore[call-overload]
+        # Refuse what the numpy forward pass does not implement rather than give wrong logits.
+        if raw.get("rope_scaling"):
+            raise ValueError(f"unsupported rope_scaling {raw['rope_scaling']!r}: only plain RoPE runs on CPU")
+        head_dim = raw.get("head_dim")
+        if head_dim is not None and int(head_dim) * heads != int(raw["hidden_size"]):  # type: ignore[call-overload]
+            raise ValueError(f"unsupported head_dim {head_dim}: must equal hidden_size / num_attention_heads")
         return cls(
             vocab_size=int(raw["vocab_size"]),  # type: ignore[call-overload]
             hidden_size=int(raw["hidden_size"]),  # type: ignore[call-overload]

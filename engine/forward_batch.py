@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
+import numpy.typing as npt
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +41,7 @@ class Model(Protocol):
     @property
     def eos_token_id(self) -> int | None: ...
 
-    def forward(self, chunks: list[SequenceChunk]) -> np.ndarray:
+    def forward(self, chunks: list[SequenceChunk]) -> npt.NDArray[np.float32]:
         """Compute every chunk, writing its K/V into the cache at its block_table slots.
 
         Returns float32 logits of shape [number of chunks with need_logits, vocab_size], in

@@ -1,0 +1,252 @@
+"""`LLMEngine`: one server's worth of inflight batching, driven one `step()` at a time.
+
+A step is: apply cancellations, plan (scheduler), compute (model), sample, stop-check, report.
+
+    add_request ─▶ Scheduler ─▶ SequenceChunk list ─▶ model.forward ─▶ logits
+                                                                        │ sample_token
+    RequestOutput deltas ◀── stop check (eos, stop ids/sequences, max_tokens, context) ◀┘
+
+Not thread-safe: one thread owns an engine (see `EngineLoop` for the threaded host). The only
+exception is `validate_request`, which reads nothing mutable.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+from engine.config import EngineConfig, ModelConfig
+from engine.forward_batch import Model, SequenceChunk
+from engine.request import EngineRequest, FinishReason, RequestOutput
+from engine.sampling import sample_token
+from engine.scheduler import Scheduler, SchedulerOutput
+from engine.sequence import Sequence
+from engine.stats import EngineStats
+
+logger = logging.getLogger(__name__)
+
+
+class LLMEngine:
+    """Serves `EngineRequest`s with a `Model` over a paged KV cache sized by `config`.
+
+    `max_model_len` is the model's context window (prompt + reply); a reply that reaches it
+    ends with LENGTH. Without one, only max_tokens and the KV capacity bound a request.
+    """
+
+    def __init__(self, config: EngineConfig, model: Model, max_model_len: int | None = None) -> None:
+        self.config = config
+        self.model = model
+        self.max_model_len = max_model_len
+        self.scheduler = Scheduler(config)
+        self._vocab_size = model.vocab_size
+        self._eos_token_id = model.eos_token_id
+        self._next_arrival = 0
+        self._pending_cancels: list[str] = []
+        self._last_num_scheduled = 0
+        self._last_num_context = 0
+
+    @classmethod
+    def from_pretrained(cls, model_dir: Path, config: EngineConfig) -> LLMEngine:
+        """An engine over the HF checkpoint in `model_dir`, its KV cache sized by `config`."""
+        from engine.model import NumpyLlama  # numpy weights load only when asked for
+
+        model = NumpyLlama.from_pretrained(
+            model_dir, num_blocks=config.num_blocks, block_size=config.block_size
+        )
+        max_model_len = ModelConfig.from_pretrained(model_dir).max_position_embeddings
+        return cls(config, model, max_model_len=max_model_len)
+
+    # -- requests ---------------------------------------------------------------------------
+
+    def validate_request(self, request: EngineRequest) -> None:
+        """Raise ValueError saying what to change if `request` cannot be served as given.
+
+        Thread-safe: it reads only the model's fixed properties.
+        """
+        problem = request_problem(request, self._vocab_size, self.max_model_len)
+        if problem is not None:
+            raise ValueError(f"request {request.request_id!r}: {problem}")
+
+    def add_request(self, request: EngineRequest) -> None:
+        """Queue a request; it is scheduled from the next step on."""
+        self.validate_request(request)
+        if self.scheduler.get(request.request_id) is not None:
+            raise ValueError(f"request {request.request_id!r} is already running; use a new request_id")
+        seq = Sequence.from_request(request, self._next_arrival, self.max_model_len)
+        self._next_arrival += 1
+        self.scheduler.add(seq)
+
+    def cancel(self, request_id: str) -> bool:
+        """Cancel at the next step (its blocks are freed then). False if the id is not running."""
+        if self.scheduler.get(request_id) is None:
+            return False
+        self._pending_cancels.append(request_id)
+        return True
+
+    def abort_all(self) -> list[RequestOutput]:
+        """Finish every unfinished request with ABORTED now (shutdown)."""
+        outputs = [self._output(seq) for seq in self.scheduler.pop_aborted()]
+        for seq in self.scheduler.unfinished():
+            self.scheduler.finish_sequence(seq, FinishReason.ABORTED)
+            outputs.append(self._output(seq))
+        self._pending_cancels.clear()
+        return outputs
+
+    def has_unfinished(self) -> bool:
+        return self.scheduler.has_unfinished()
+
+    # -- the step ---------------------------------------------------------------------------
+
+    def step(self) -> list[RequestOutput]:
+        """Run one engine step; return an output per request that gained tokens or finished."""
+        outputs = self._apply_cancels()
+        plan = self.scheduler.schedule()
+        outputs.extend(self._output(seq) for seq in plan.aborted)
+        self._last_num_scheduled = len(plan.scheduled)
+        self._last_num_context = plan.num_context
+        if not plan.scheduled:
+            return outputs
+        chunks = [self._chunk(seq, num_tokens) for seq, num_tokens in plan.scheduled]
+        try:
+            logits = self._forward(chunks)
+        except Exception:
+            logger.exception("model.forward failed; aborting the %d requests of this step", len(chunks))
+            for seq, _ in plan.scheduled:
+                self.scheduler.finish_sequence(seq, FinishReason.ABORTED)
+                outputs.append(self._output(seq))
+            return outputs
+        self.scheduler.update_after_step(plan)
+        outputs.extend(self._sample_and_stop(plan, chunks, logits))
+        return outputs
+
+    def _apply_cancels(self) -> list[RequestOutput]:
+        outputs = []
+        for request_id in self._pending_cancels:
+            seq = self.scheduler.finish(request_id, FinishReason.CANCELLED)
+            if seq is not None:
+                outputs.append(self._output(seq))
+        self._pending_cancels.clear()
+        return outputs
+
+    def _chunk(self, seq: Sequence, num_tokens: int) -> SequenceChunk:
+        start = seq.num_computed_tokens
+        end = start + num_tokens
+        return SequenceChunk(
+            token_ids=tuple(seq.all_token_ids[start:end]),
+            start_position=start,
+            block_table=tuple(seq.block_table),
+            need_logits=end == seq.num_tokens,
+        )
+
+    def _forward(self, chunks: list[SequenceChunk]) -> npt.NDArray[np.float32]:
+        logits = self.model.forward(chunks)
+        expected = sum(chunk.need_logits for chunk in chunks)
+        if logits.ndim != 2 or logits.shape[0] != expected:
+            raise ValueError(f"model returned logits of shape {logits.shape}, expected ({expected}, vocab)")
+        return logits
+
+    def _sample_and_stop(
+        self, plan: SchedulerOutput, chunks: list[SequenceChunk], logits: npt.NDArray[np.float32]
+    ) -> list[RequestOutput]:
+        outputs = []
+        row = 0
+        for (seq, _), chunk in zip(plan.scheduled, chunks, strict=True):
+            if not chunk.need_logits:
+                continue  # a middle slice of a prompt: nothing to report yet
+            try:
+                # The index counts resumed tokens: a resumed reply draws what the original would.
+                token_id = sample_token(logits[row], seq.sampling, seq.num_completion_tokens)
+            except Exception:  # bad logits for one request must not take the others down
+                logger.exception("sampling failed for %r; aborting it", seq.request_id)
+                token_id = None
+            row += 1
+            if token_id is None:
+                reason: FinishReason | None = FinishReason.ABORTED
+            else:
+                seq.append_token(token_id)
+                reason = self._stop_reason(seq, token_id)
+            if reason is not None:
+                self.scheduler.finish_sequence(seq, reason)
+            outputs.append(self._output(seq))
+        return outputs
+
+    def _stop_reason(self, seq: Sequence, token_id: int) -> FinishReason | None:
+        params = seq.sampling
+        if token_id == self._eos_token_id and not params.ignore_eos:
+            return FinishReason.STOP
+        if token_id in params.stop_token_ids:
+            return FinishReason.STOP
+        completion = seq.num_completion_tokens
+        for stop in params.stop_token_sequences:
+            if len(stop) <= completion and tuple(seq.all_token_ids[-len(stop) :]) == stop:
+                return FinishReason.STOP
+        if completion >= params.max_tokens or seq.num_tokens >= seq.max_total_tokens:
+            return FinishReason.LENGTH
+        return None
+
+    def _output(self, seq: Sequence) -> RequestOutput:
+        """The delta since this request's previous output, with running totals."""
+        first_new = seq.num_prompt_tokens + seq.num_emitted_tokens
+        new_token_ids = tuple(seq.all_token_ids[first_new:])
+        seq.num_emitted_tokens += len(new_token_ids)
+        return RequestOutput(
+            request_id=seq.request_id,
+            new_token_ids=new_token_ids,
+            finished=seq.is_finished,
+            finish_reason=seq.finish_reason,
+            prompt_tokens=len(seq.request.prompt_token_ids),
+            cached_tokens=seq.num_cached_tokens,
+            completion_tokens=seq.num_generated_tokens,
+        )
+
+    # -- load -------------------------------------------------------------------------------
+
+    def stats(self) -> EngineStats:
+        bm = self.scheduler.block_manager
+        return EngineStats(
+            max_blocks=bm.num_blocks,
+            free_blocks=bm.num_free_blocks,
+            used_blocks=bm.num_used_blocks,
+            tokens_per_block=bm.block_size,
+            reused_blocks=bm.num_reused_blocks,
+            active_requests=self.scheduler.num_running,
+            max_requests=self.config.max_num_seqs,
+            scheduled_requests=self._last_num_scheduled,
+            context_requests=self._last_num_context,
+            waiting_requests=self.scheduler.num_waiting,
+        )
+
+
+def request_problem(request: EngineRequest, vocab_size: int, max_model_len: int | None) -> str | None:
+    """What is wrong with `request`, in words a caller can act on; None when it can be served."""
+    params = request.sampling
+    if not request.request_id:
+        return "request_id must be a non-empty string"
+    if not request.prompt_token_ids:
+        return "the prompt is empty; send at least one token"
+    if params.max_tokens < 1:
+        return f"max_tokens must be >= 1, got {params.max_tokens}"
+    if len(request.resume_token_ids) >= params.max_tokens:
+        return (
+            f"{len(request.resume_token_ids)} resumed tokens leave nothing to generate "
+            f"under max_tokens={params.max_tokens}"
+        )
+    known = len(request.prompt_token_ids) + len(request.resume_token_ids)
+    if max_model_len is not None and known >= max_model_len:
+        return f"{known} prompt tokens leave no room in the model's context of {max_model_len}"
+    for token_id in (*request.prompt_token_ids, *request.resume_token_ids):
+        if not 0 <= token_id < vocab_size:
+            return f"token id {token_id} is outside the vocabulary [0, {vocab_size})"
+    if not (params.temperature >= 0 and math.isfinite(params.temperature)):
+        return f"temperature must be a finite number >= 0, got {params.temperature}"
+    if not 0 < params.top_p <= 1:
+        return f"top_p must be in (0, 1], got {params.top_p}"
+    if params.top_k < 0:
+        return f"top_k must be >= 0 (0 disables it), got {params.top_k}"
+    if any(not stop for stop in params.stop_token_sequences):
+        return "stop_token_sequences must not contain an empty sequence"
+    return None

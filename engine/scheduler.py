@@ -1,0 +1,340 @@
+"""Which sequences compute how many tokens in the next step, and who gives up memory.
+
+There is no prefill phase (vLLM v1's framing): each sequence has known tokens and computed
+tokens and wants to catch up. One step hands out a budget in this order:
+
+    1. running interactive   (decodes, then the next chunks of half-read prompts, oldest first)
+    2. waiting interactive   (admitted when their blocks can be had; may preempt bulk)
+    3. running bulk
+    4. waiting bulk          (not while an interactive request waits for memory)
+
+The budget counts *cost*, not only tokens: a token attending to `ctx` positions costs
+`1 + ctx / attention_cost_tokens`, so a chunk deep inside a 30,000-token prompt is small and
+the decodes riding in the same step keep their pace. A step that would plan nothing plans one
+token anyway, so work always moves. With `enable_chunked_prefill=False` (the benchmarks'
+baseline) a prompt is read whole in one step; the first prompt of a step may exceed the budget.
+
+Memory: a request is admitted only when blocks for all its known tokens can be had (so a long
+prompt, once admitted, is never preempted for lack of room to read it). A running sequence
+that needs a block preempts others by recompute, bulk before interactive, newest first; bulk
+never preempts interactive. Nothing fails for lack of memory, except a request that could not
+fit even in an empty cache: it is aborted instead of waiting forever.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import insort
+from collections import deque
+from dataclasses import dataclass, field
+
+from engine.block_manager import BlockManager, PrefixMatch, cdiv
+from engine.config import EngineConfig
+from engine.request import FinishReason, RequestClass
+from engine.sequence import RequestStatus, Sequence
+
+# Scheduling order of classes; preemption walks it backwards.
+CLASS_ORDER = (RequestClass.INTERACTIVE, RequestClass.BULK)
+
+
+def chunk_cost(start: int, num_tokens: int, attention_cost_tokens: float) -> float:
+    """Cost of computing positions [start, start + num_tokens): the token at p attends p + 1."""
+    attended = num_tokens * start + num_tokens * (num_tokens + 1) // 2
+    return num_tokens + attended / attention_cost_tokens
+
+
+def max_chunk_tokens(start: int, want: int, cost_left: float, attention_cost_tokens: float) -> int:
+    """The most tokens (<= want) starting at `start` whose cost fits in `cost_left`.
+
+    Solves n + (n*start + n(n+1)/2) / A <= C for n (a quadratic), then fixes float rounding.
+    """
+    if want <= 0 or cost_left <= 0:
+        return 0
+    a = attention_cost_tokens
+    b = 2 * a + 2 * start + 1
+    n = min(want, int((-b + math.sqrt(b * b + 8 * a * cost_left)) / 2))
+    while n > 0 and chunk_cost(start, n, a) > cost_left:
+        n -= 1
+    while n < want and chunk_cost(start, n + 1, a) <= cost_left:
+        n += 1
+    return n
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerOutput:
+    """One step's plan: `scheduled` pairs each sequence with how many tokens it computes."""
+
+    scheduled: list[tuple[Sequence, int]]
+    preempted_ids: list[str]
+    # Requests finished by the scheduler itself (they can never fit); report them as ABORTED.
+    aborted: list[Sequence]
+    # Scheduled sequences still reading known tokens (TensorRT-LLM's "context" requests).
+    num_context: int
+
+
+@dataclass(slots=True)
+class _Step:
+    """What is left of one step's budget, and what has been planned so far."""
+
+    tokens_left: int
+    cost_left: float
+    seqs_left: int
+    scheduled: list[tuple[Sequence, int]] = field(default_factory=list)
+    preempted_ids: list[str] = field(default_factory=list)
+    num_context: int = 0
+    has_multi_token_chunk: bool = False
+    interactive_blocked_on_memory: bool = False
+
+
+class Scheduler:
+    """Plans steps over the waiting and running sequences; owns their queues and the blocks.
+
+    Plain object: no clock, no threads, no I/O. The engine calls `add`, `schedule`,
+    `update_after_step` and `finish`.
+    """
+
+    def __init__(self, config: EngineConfig, block_manager: BlockManager | None = None) -> None:
+        self.config = config
+        self.block_manager = block_manager or BlockManager.from_config(config)
+        self._waiting: dict[RequestClass, deque[Sequence]] = {cls: deque() for cls in CLASS_ORDER}
+        # Per class, ordered by arrival: scheduling walks from the front, preemption pops the
+        # back (the newest), so a victim is never a sequence already planned in this step.
+        self._running: dict[RequestClass, list[Sequence]] = {cls: [] for cls in CLASS_ORDER}
+        self._by_id: dict[str, Sequence] = {}
+        self._aborted: list[Sequence] = []
+        self.num_preemptions = 0  # cumulative, for tests and diagnostics
+
+    # -- queries ----------------------------------------------------------------------------
+
+    @property
+    def num_running(self) -> int:
+        return sum(len(q) for q in self._running.values())
+
+    @property
+    def num_waiting(self) -> int:
+        return sum(len(q) for q in self._waiting.values())
+
+    def has_unfinished(self) -> bool:
+        return bool(self._by_id) or bool(self._aborted)
+
+    def get(self, request_id: str) -> Sequence | None:
+        return self._by_id.get(request_id)
+
+    def unfinished(self) -> list[Sequence]:
+        return list(self._by_id.values())
+
+    def fits_ever(self, seq: Sequence) -> bool:
+        """Whether `seq` could run to its end in an otherwise empty cache.
+
+        The last token of a reply is sampled but never computed, hence the `- 1`.
+        """
+        positions = max(seq.max_total_tokens - 1, seq.num_tokens)
+        return cdiv(positions, self.block_manager.block_size) <= self.block_manager.num_blocks
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def add(self, seq: Sequence) -> None:
+        """Queue a new sequence; one that can never fit is aborted at the next `schedule`."""
+        if not self.fits_ever(seq):
+            seq.status = RequestStatus.FINISHED
+            seq.finish_reason = FinishReason.ABORTED
+            self._aborted.append(seq)
+            return
+        self._by_id[seq.request_id] = seq
+        self._waiting[seq.request_class].append(seq)
+
+    def finish(self, request_id: str, reason: FinishReason) -> Sequence | None:
+        """Finish a request wherever it is and free its blocks; None if it is not here."""
+        seq = self._by_id.get(request_id)
+        if seq is not None:
+            self.finish_sequence(seq, reason)
+        return seq
+
+    def finish_sequence(self, seq: Sequence, reason: FinishReason) -> None:
+        if seq.status is RequestStatus.RUNNING:
+            self._running[seq.request_class].remove(seq)
+        elif seq.status is not RequestStatus.FINISHED:
+            self._waiting[seq.request_class].remove(seq)
+        self.block_manager.free(seq)
+        seq.status = RequestStatus.FINISHED
+        seq.finish_reason = reason
+        self._by_id.pop(seq.request_id, None)
+
+    # -- planning ---------------------------------------------------------------------------
+
+    def schedule(self) -> SchedulerOutput:
+        config = self.config
+        step = _Step(config.max_num_batched_tokens, config.max_step_cost, config.max_num_seqs)
+        for cls in CLASS_ORDER:
+            self._schedule_running(cls, step)
+            self._schedule_waiting(cls, step)
+        return SchedulerOutput(step.scheduled, step.preempted_ids, self.pop_aborted(), step.num_context)
+
+    def pop_aborted(self) -> list[Sequence]:
+        """Sequences aborted since the last call because they can never fit (each reported once)."""
+        aborted, self._aborted = self._aborted, []
+        return aborted
+
+    def update_after_step(self, output: SchedulerOutput) -> None:
+        """Mark the planned tokens computed and cache the blocks they filled."""
+        bm = self.block_manager
+        block_size = bm.block_size
+        for seq, num_tokens in output.scheduled:
+            seq.num_computed_tokens += num_tokens
+            if seq.num_computed_tokens // block_size > seq.num_registered_blocks:
+                bm.register_full_blocks(seq)
+
+    def _schedule_running(self, cls: RequestClass, step: _Step) -> None:
+        """Decodes first, then chunks of half-read prompts, so a long read never stalls a stream.
+
+        Runs once per running sequence per step: decodes take an inlined path (no solve, no
+        block-manager call unless a block boundary is crossed) to keep schedule() cheap.
+        """
+        running = self._running[cls]
+        block_size = self.block_manager.block_size
+        attention_cost_tokens = self.config.attention_cost_tokens
+        readers: list[Sequence] = []
+        i = 0
+        while i < len(running) and step.seqs_left > 0 and step.tokens_left > 0:
+            seq = running[i]
+            i += 1
+            start = seq.num_computed_tokens
+            if len(seq.all_token_ids) - start > 1:
+                readers.append(seq)
+                continue
+            cost = 1 + (start + 1) / attention_cost_tokens
+            if cost > step.cost_left and step.scheduled:
+                continue
+            if start + 1 > len(seq.block_table) * block_size and not self._reserve_slots(seq, 1, step):
+                break  # seq preempted itself: it was the last unplanned one of its class
+            self._plan(seq, 1, step)
+        # Readers hold blocks for all their known tokens since admission: no preemption here.
+        for seq in readers:
+            if step.seqs_left <= 0 or step.tokens_left <= 0:
+                return
+            num_tokens = self._chunk_size(seq, seq.num_computed_tokens, step)
+            if num_tokens:
+                assert self.block_manager.num_new_blocks(seq, num_tokens) == 0
+                self._plan(seq, num_tokens, step)
+
+    def _schedule_waiting(self, cls: RequestClass, step: _Step) -> None:
+        waiting = self._waiting[cls]
+        if cls is RequestClass.BULK and step.interactive_blocked_on_memory:
+            return  # memory that frees up is spoken for
+        while waiting and step.seqs_left > 0 and step.tokens_left > 0:
+            if self.num_running >= self.config.max_num_seqs:
+                return
+            seq = waiting[0]
+            match = self.block_manager.match_prefix(seq)
+            num_tokens = self._chunk_size(seq, match.num_tokens, step)
+            if num_tokens == 0:
+                return
+            admitted_match = self._make_room(seq, match, step)
+            if admitted_match is None:
+                step.interactive_blocked_on_memory |= cls is RequestClass.INTERACTIVE
+                return  # first come, first served within a class: no overtaking
+            waiting.popleft()
+            self._admit(seq, admitted_match)
+            self._plan(seq, num_tokens, step)
+
+    def _chunk_size(self, seq: Sequence, start: int, step: _Step) -> int:
+        """How many tokens from `start` this step can give `seq` (0: none)."""
+        want = seq.num_tokens - start
+        if want <= 0:
+            return 0
+        a = self.config.attention_cost_tokens
+        if want > 1 and not self.config.enable_chunked_prefill:
+            # Unchunked baseline: the whole prompt or nothing. The first prompt of a step may
+            # overflow the budget, otherwise a long prompt could never run.
+            fits = want <= step.tokens_left and chunk_cost(start, want, a) <= step.cost_left
+            return want if fits or not step.has_multi_token_chunk else 0
+        if want == 1:  # a decode: the common case, kept free of the quadratic solve
+            num_tokens = 1 if 1 + (start + 1) / a <= step.cost_left else 0
+        else:
+            num_tokens = max_chunk_tokens(start, min(want, step.tokens_left), step.cost_left, a)
+        if num_tokens == 0 and not step.scheduled:
+            return 1  # progress is guaranteed: a step never plans nothing while work waits
+        return num_tokens
+
+    def _plan(self, seq: Sequence, num_tokens: int, step: _Step) -> None:
+        start = seq.num_computed_tokens
+        step.scheduled.append((seq, num_tokens))
+        step.tokens_left -= num_tokens
+        step.seqs_left -= 1
+        if num_tokens == 1:
+            step.cost_left -= 1 + (start + 1) / self.config.attention_cost_tokens
+        else:
+            step.cost_left -= chunk_cost(start, num_tokens, self.config.attention_cost_tokens)
+            step.has_multi_token_chunk = True
+        # TensorRT-LLM's "context" phase: reading known tokens (a prompt, or a recompute after
+        # preemption), as opposed to decoding the one token sampled last step.
+        if start < seq.num_prompt_tokens or start + 1 < len(seq.all_token_ids):
+            step.num_context += 1
+
+    # -- memory -----------------------------------------------------------------------------
+
+    def _reserve_slots(self, seq: Sequence, num_tokens: int, step: _Step) -> bool:
+        """Get `seq` the blocks for `num_tokens` more, preempting if needed.
+
+        Returns False when `seq` itself had to be preempted.
+        """
+        bm = self.block_manager
+        while not bm.can_append(seq, num_tokens):
+            victim = self._pop_victim(seq.request_class)
+            assert victim is not None, "seq itself is always a candidate"
+            self._preempt(victim, step)
+            if victim is seq:
+                return False
+        bm.append_slots(seq, num_tokens)
+        return True
+
+    def _make_room(self, seq: Sequence, match: PrefixMatch, step: _Step) -> PrefixMatch | None:
+        """The match to admit `seq` with once its blocks can be had, or None to wait.
+
+        A waiting request preempts only a lower class, and only if that would make room:
+        interactive never waits on memory held by bulk, bulk never waits-then-thrashes.
+        """
+        bm = self.block_manager
+        if bm.can_allocate(match, seq.num_tokens):
+            return match
+        if seq.request_class is not RequestClass.INTERACTIVE:
+            return None
+        bulk = self._running[RequestClass.BULK]
+        needed = cdiv(seq.num_tokens, bm.block_size) - len(match.block_ids)
+        reclaimable = sum(len(victim.block_table) for victim in bulk)
+        if needed > bm.num_free_blocks - match.num_free_hits + reclaimable:
+            return None
+        while bulk:
+            self._preempt(bulk.pop(), step)
+            match = bm.match_prefix(seq)  # freed blocks may include hits: recount them
+            if bm.can_allocate(match, seq.num_tokens):
+                return match
+        return None  # shared blocks made the estimate optimistic
+
+    def _pop_victim(self, requester: RequestClass) -> Sequence | None:
+        """Newest running sequence of the lowest class the requester may preempt (its own included)."""
+        for cls in reversed(CLASS_ORDER):
+            if self._running[cls]:
+                return self._running[cls].pop()
+            if cls is requester:
+                return None
+        return None
+
+    def _preempt(self, victim: Sequence, step: _Step) -> None:
+        """Recompute preemption: drop the KV, queue at the front of the class to redo it."""
+        self.block_manager.free(victim)
+        victim.reset_for_recompute()
+        self.num_preemptions += 1
+        self._waiting[victim.request_class].appendleft(victim)
+        step.preempted_ids.append(victim.request_id)
+
+    def _admit(self, seq: Sequence, match: PrefixMatch) -> None:
+        self.block_manager.allocate(seq, match, seq.num_tokens)
+        if seq.num_preemptions == 0:
+            seq.num_cached_tokens = min(match.num_tokens, len(seq.request.prompt_token_ids))
+        seq.status = RequestStatus.RUNNING
+        insort(self._running[seq.request_class], seq, key=_arrival)
+
+
+def _arrival(seq: Sequence) -> int:
+    return seq.arrival

@@ -1,0 +1,52 @@
+"""A snapshot of one engine's load, in the shape TensorRT-LLM's metrics report it.
+
+The router scores servers from these numbers whichever engine runs there, so the fields map
+one to one onto the labels of TensorRT-LLM's Triton backend metrics:
+
+    nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type = max | free | used | tokens_per | reused}
+    nv_trt_llm_request_metrics{request_type = active | max | scheduled | context | waiting}
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+KV_CACHE_BLOCK_METRIC = "nv_trt_llm_kv_cache_block_metrics"
+REQUEST_METRIC = "nv_trt_llm_request_metrics"
+
+
+@dataclass(frozen=True, slots=True)
+class EngineStats:
+    """Immutable, so a step thread can publish it and any thread can read it without a lock."""
+
+    max_blocks: int
+    # Free includes cached blocks nobody holds: they are evicted on demand, so they are room.
+    free_blocks: int
+    used_blocks: int
+    tokens_per_block: int
+    reused_blocks: int  # cumulative prefix-cache block hits since start
+    active_requests: int  # admitted: holding KV, scheduled whenever the budget allows
+    max_requests: int  # most requests admitted at once (max_num_seqs)
+    scheduled_requests: int  # planned in the last step
+    context_requests: int  # of those, the ones still reading their prompt
+    waiting_requests: int  # queued for admission, preempted ones included
+
+    def kv_cache_block_metrics(self) -> dict[str, int]:
+        """Values of `nv_trt_llm_kv_cache_block_metrics` by `kv_cache_block_type` label."""
+        return {
+            "max": self.max_blocks,
+            "free": self.free_blocks,
+            "used": self.used_blocks,
+            "tokens_per": self.tokens_per_block,
+            "reused": self.reused_blocks,
+        }
+
+    def request_metrics(self) -> dict[str, int]:
+        """Values of `nv_trt_llm_request_metrics` by `request_type` label."""
+        return {
+            "active": self.active_requests,
+            "max": self.max_requests,
+            "scheduled": self.scheduled_requests,
+            "context": self.context_requests,
+            "waiting": self.waiting_requests,
+        }
