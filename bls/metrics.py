@@ -1,0 +1,74 @@
+"""Engine gauges under TensorRT-LLM's metric names, so the router reads either engine the same.
+
+    nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="max|free|used|tokens_per|reused"}
+    nv_trt_llm_request_metrics{request_type="active|max|scheduled|context|waiting"}
+
+Triton serves them on its metrics port next to its own `nv_inference_*` metrics. The Triton
+side goes through `pb_utils.MetricFamily`, passed in, so tests use a fake.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from engine.stats import KV_CACHE_BLOCK_METRIC, REQUEST_METRIC, EngineStats
+
+_LABELS = {KV_CACHE_BLOCK_METRIC: "kv_cache_block_type", REQUEST_METRIC: "request_type"}
+_DESCRIPTIONS = {
+    KV_CACHE_BLOCK_METRIC: "KV cache blocks of the engine, by kind (TensorRT-LLM backend names)",
+    REQUEST_METRIC: "Requests in the engine, by state (TensorRT-LLM backend names)",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class GaugeSample:
+    family: str
+    label: str  # the value of the family's one label (kv_cache_block_type or request_type)
+    value: float
+
+
+def gauge_samples(stats: EngineStats) -> list[GaugeSample]:
+    """Every gauge value `stats` implies, in a fixed order."""
+    samples = [GaugeSample(KV_CACHE_BLOCK_METRIC, k, v) for k, v in stats.kv_cache_block_metrics().items()]
+    samples += [GaugeSample(REQUEST_METRIC, k, v) for k, v in stats.request_metrics().items()]
+    return samples
+
+
+class MetricsPublisher(Protocol):
+    """Where an engine host reports its stats."""
+
+    def publish(self, stats: EngineStats) -> None: ...
+
+
+class TritonEngineMetrics:
+    """Publishes EngineStats through Triton's custom metrics API.
+
+    `metric_family` is `pb_utils.MetricFamily`; `extra_labels` are added to every gauge
+    (Triton's TRT-LLM backend labels its metrics with `model` and `version`, so we do too).
+    Gauges are created lazily, on the first publish, from the labels EngineStats reports.
+    Setting a gauge is a round trip to the Triton server, so only changed values are set:
+    publishing after every engine step is cheap.
+    """
+
+    def __init__(self, metric_family: Any, extra_labels: Mapping[str, str]) -> None:
+        self._families = {
+            name: metric_family(name=name, description=_DESCRIPTIONS[name], kind=metric_family.GAUGE)
+            for name in (KV_CACHE_BLOCK_METRIC, REQUEST_METRIC)
+        }
+        self._extra_labels = dict(extra_labels)
+        self._gauges: dict[tuple[str, str], Any] = {}
+        self._values: dict[tuple[str, str], float] = {}
+
+    def publish(self, stats: EngineStats) -> None:
+        for sample in gauge_samples(stats):
+            key = (sample.family, sample.label)
+            if self._values.get(key) == sample.value:
+                continue
+            gauge = self._gauges.get(key)
+            if gauge is None:
+                labels = {_LABELS[sample.family]: sample.label, **self._extra_labels}
+                gauge = self._gauges[key] = self._families[sample.family].Metric(labels=labels)
+            gauge.set(sample.value)
+            self._values[key] = sample.value

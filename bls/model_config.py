@@ -1,0 +1,90 @@
+"""Reading a Triton model's `config.pbtxt` (as the JSON Triton hands to `initialize`).
+
+The repository templates carry their settings as `parameters { key: ... value { string_value:
+... } }`; these helpers turn them into typed values once, at load, with errors that name the
+parameter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from engine.config import EngineConfig
+
+
+class ModelConfigError(ValueError):
+    """The model's config.pbtxt is missing a parameter or has a wrong value."""
+
+
+def model_parameters(model_config: Mapping[str, Any]) -> dict[str, str]:
+    """`parameters` of a model config as a plain name -> string mapping."""
+    raw = model_config.get("parameters") or {}
+    return {name: str(value.get("string_value", "")) for name, value in raw.items()}
+
+
+def require_decoupled(model_config: Mapping[str, Any], decoupled: bool) -> None:
+    """Fail at load when the transaction policy is not what the model's code assumes."""
+    policy = model_config.get("model_transaction_policy") or {}
+    actual = bool(policy.get("decoupled", False))
+    if actual != decoupled:
+        name = model_config.get("name", "?")
+        want = "must be decoupled" if decoupled else "must not be decoupled"
+        raise ModelConfigError(f"model {name!r} {want}: fix model_transaction_policy in config.pbtxt")
+
+
+def _get(params: Mapping[str, str], name: str) -> str:
+    value = params.get(name, "")
+    if not value:
+        raise ModelConfigError(f"config.pbtxt parameter {name!r} is missing or empty")
+    return value
+
+
+def param_int(params: Mapping[str, str], name: str) -> int:
+    value = _get(params, name)
+    try:
+        return int(value)
+    except ValueError:
+        raise ModelConfigError(f"parameter {name!r} must be an integer, got {value!r}") from None
+
+
+def param_float(params: Mapping[str, str], name: str) -> float:
+    value = _get(params, name)
+    try:
+        return float(value)
+    except ValueError:
+        raise ModelConfigError(f"parameter {name!r} must be a number, got {value!r}") from None
+
+
+def param_bool(params: Mapping[str, str], name: str) -> bool:
+    value = _get(params, name).strip().lower()
+    if value in ("true", "1", "yes"):
+        return True
+    if value in ("false", "0", "no"):
+        return False
+    raise ModelConfigError(f"parameter {name!r} must be true or false, got {value!r}")
+
+
+def param_str(params: Mapping[str, str], name: str) -> str:
+    return _get(params, name)
+
+
+def param_path(params: Mapping[str, str], name: str) -> Path:
+    path = Path(_get(params, name))
+    if not path.exists():
+        raise ModelConfigError(f"parameter {name!r} names {path}, which does not exist")
+    return path
+
+
+def engine_config_from_parameters(params: Mapping[str, str]) -> EngineConfig:
+    """The EngineConfig the `cpu_engine` template carries (filled by build_engines/repository.py)."""
+    return EngineConfig(
+        kv_capacity_tokens=param_int(params, "kv_capacity_tokens"),
+        block_size=param_int(params, "block_size"),
+        max_num_seqs=param_int(params, "max_num_seqs"),
+        max_num_batched_tokens=param_int(params, "max_num_batched_tokens"),
+        max_step_cost=param_float(params, "max_step_cost"),
+        enable_chunked_prefill=param_bool(params, "enable_chunked_prefill"),
+        enable_prefix_caching=param_bool(params, "enable_prefix_caching"),
+    )

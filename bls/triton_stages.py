@@ -1,0 +1,132 @@
+"""`LlmStages` over Triton BLS calls: what the `llm` model runs in production.
+
+Every BLS call runs as a blocking `exec()` on our own thread pool, never as `async_exec()`.
+The stub implements `async_exec` as `run_in_executor(None, exec)`, i.e. on the event loop's
+default pool of a handful of threads, and a decoupled `exec` blocks until the engine's
+*first* response: a few requests queued in the engine then held every default thread, and
+all other BLS calls of the instance (postprocessing, even the cancels that would have freed
+the engine) queued behind them. Seen: 40 streams cancelled early, 22 engine requests left
+running for good. The same holds for the iterator: `next()` blocks until the next response
+(GIL released), so it too runs on the pool. The pool holds a thread for every reply in
+flight, hence its size (threads start lazily).
+
+The stub's response iterator has no `cancel()`, and dropping an unfinished one blocks until
+the engine finishes it. So stopping early means: send a `cancel_request_id` control request,
+then drain the iterator on a worker thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import AsyncGenerator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from bls.engine_tensors import (
+    ENGINE_OUTPUT_NAMES,
+    cancel_request_tensors,
+    engine_request_tensors,
+    parse_engine_output,
+)
+from bls.llm_pipeline import StageError
+from bls.postprocessing import (
+    PostprocessResult,
+    PostprocessState,
+    parse_postprocess_outputs,
+    postprocess_inputs,
+)
+from bls.preprocessing import Preprocessed, parse_preprocess_outputs, preprocess_inputs
+from bls.tensors import Outputs
+from bls.triton_bindings import PbTensorSource, pb_tensors
+from engine.request import EngineRequest, RequestOutput
+
+PREPROCESS_OUTPUTS = ["input_ids", "stop_token_sequences", "stop_token_offsets"]
+POSTPROCESS_OUTPUTS = ["text_output", "prefix_offset", "read_offset", "held_text", "stop_hit"]
+
+
+def _next_or_none(iterator: Any) -> Any:
+    return next(iterator, None)
+
+
+def _drain(iterator: Any) -> None:
+    for _ in iterator:
+        pass
+
+
+class TritonStages:
+    """Calls `preprocessing`, the engine model and `postprocessing` through BLS."""
+
+    def __init__(
+        self,
+        pb_utils: Any,
+        engine_model: str,
+        executor: ThreadPoolExecutor,
+        *,
+        preprocessing_model: str = "preprocessing",
+        postprocessing_model: str = "postprocessing",
+    ) -> None:
+        self._pb = pb_utils
+        self._engine_model = engine_model
+        self._executor = executor
+        self._preprocessing_model = preprocessing_model
+        self._postprocessing_model = postprocessing_model
+
+    def _request(self, model: str, inputs: Outputs, outputs: Sequence[str], request_id: str = "") -> Any:
+        return self._pb.InferenceRequest(
+            model_name=model,
+            inputs=pb_tensors(self._pb, inputs),
+            requested_output_names=list(outputs),
+            request_id=request_id,
+        )
+
+    async def _exec(self, infer: Any, *, decoupled: bool) -> Any:
+        """`infer.exec()` on our pool (see the module docstring for why not `async_exec`)."""
+        call = functools.partial(infer.exec, decoupled=decoupled)
+        return await asyncio.get_running_loop().run_in_executor(self._executor, call)
+
+    async def _call(self, model: str, inputs: Outputs, outputs: Sequence[str]) -> PbTensorSource:
+        response = await self._exec(self._request(model, inputs, outputs), decoupled=False)
+        if response.has_error():
+            raise StageError(f"{model}: {response.error().message()}")
+        return PbTensorSource.of_response(self._pb, response)
+
+    async def preprocess(self, prompt: str, stops: Sequence[str]) -> Preprocessed:
+        src = await self._call(self._preprocessing_model, preprocess_inputs(prompt, stops), PREPROCESS_OUTPUTS)
+        return parse_preprocess_outputs(src)
+
+    async def postprocess(
+        self, token_ids: Sequence[int], state: PostprocessState, stops: Sequence[str], *, is_final: bool
+    ) -> PostprocessResult:
+        inputs = postprocess_inputs(token_ids, state, stops, is_final=is_final)
+        src = await self._call(self._postprocessing_model, inputs, POSTPROCESS_OUTPUTS)
+        return parse_postprocess_outputs(src)
+
+    async def generate(self, request: EngineRequest) -> AsyncGenerator[RequestOutput, None]:
+        infer = self._request(
+            self._engine_model, engine_request_tensors(request), ENGINE_OUTPUT_NAMES, request.request_id
+        )
+        iterator = await self._exec(infer, decoupled=True)
+        loop = asyncio.get_running_loop()
+        exhausted = False
+        try:
+            while True:
+                response = await loop.run_in_executor(self._executor, _next_or_none, iterator)
+                if response is None:
+                    exhausted = True
+                    return
+                if response.has_error():
+                    raise StageError(f"{self._engine_model}: {response.error().message()}")
+                if not response.output_tensors():
+                    continue  # a bare FINAL
+                yield parse_engine_output(
+                    request.request_id, PbTensorSource.of_response(self._pb, response), final=False
+                )
+        finally:
+            if not exhausted:
+                await loop.run_in_executor(self._executor, _drain, iterator)
+
+    async def cancel(self, request_id: str) -> None:
+        infer = self._request(self._engine_model, cancel_request_tensors(request_id), ENGINE_OUTPUT_NAMES)
+        iterator = await self._exec(infer, decoupled=True)
+        await asyncio.get_running_loop().run_in_executor(self._executor, _drain, iterator)

@@ -1,0 +1,117 @@
+"""Fill the Triton model repository templates for one pool.
+
+    model_repository/<model>/config.pbtxt   ${placeholders}
+    model_repository/<model>/1/model.py      thin shells, copied as they are
+                     │  values from switchyard.yaml (the pool's engine, the model's weights)
+                     ▼
+    var/model_repository/<pool_id>/<model>/...
+
+Every `${name}` must have a value and nothing may look like a placeholder afterwards: a
+typo in a template fails here, not as a puzzling default inside a running server. The
+repository is written next to its final place and swapped in, so a server never loads a
+half-written one.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+
+from switchyard.config import SwitchyardConfig
+
+TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "model_repository"
+STAGE_MODELS = ("llm", "preprocessing", "postprocessing")
+CPU_ENGINE_MODEL = "cpu_engine"
+
+_PLACEHOLDER = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+# A reply waiting on the engine holds one llm worker thread (bls/triton_stages.py); threads
+# start lazily, so a generous cap costs nothing until it is used.
+DEFAULT_MAX_STREAMS = 4096
+# Measured on 2 cores, 16 streams: one postprocessing instance or two gave the same
+# throughput (the machine, not the instance, is the limit); more instances only cost memory.
+# Raise them on many-core hosts through `overrides`.
+DEFAULT_PREPROCESSING_INSTANCES = 1
+DEFAULT_POSTPROCESSING_INSTANCES = 1
+
+
+class TemplateError(ValueError):
+    """A template names a placeholder nobody fills, or leaves something unfilled."""
+
+
+def fill_template(text: str, values: Mapping[str, str], source: str = "template") -> str:
+    """Replace every `${name}` in `text`; unknown names and stray `$` are errors."""
+    unknown = sorted({m.group(1) for m in _PLACEHOLDER.finditer(text)} - set(values))
+    if unknown:
+        raise TemplateError(f"{source}: no value for placeholder(s) {', '.join(unknown)}")
+    for line in text.splitlines():
+        if "$" in _PLACEHOLDER.sub("", line.split("#", 1)[0]):
+            raise TemplateError(f"{source}: malformed placeholder in {line.strip()!r}")
+    return _PLACEHOLDER.sub(lambda m: values[m.group(1)], text)
+
+
+def repository_values(
+    config: SwitchyardConfig, pool_id: str, engine_model_name: str = CPU_ENGINE_MODEL
+) -> dict[str, str]:
+    """The placeholder values for one pool, all as strings."""
+    if pool_id not in config.pools:
+        raise KeyError(f"unknown pool {pool_id!r}; switchyard.yaml has {sorted(config.pools)}")
+    pool = config.pools[pool_id]
+    engine = pool.engine
+    return {
+        "model_dir": str(config.model_dir(pool.model_id).resolve()),
+        "engine_model_name": engine_model_name,
+        "kv_capacity_tokens": str(engine.kv_capacity_tokens),
+        "block_size": str(engine.block_size),
+        "max_num_seqs": str(engine.max_num_seqs),
+        "max_num_batched_tokens": str(engine.max_num_batched_tokens),
+        "max_step_cost": repr(float(engine.max_step_cost)),
+        "enable_chunked_prefill": "true" if engine.enable_chunked_prefill else "false",
+        "enable_prefix_caching": "true" if engine.enable_prefix_caching else "false",
+        "max_streams": str(DEFAULT_MAX_STREAMS),
+        "preprocessing_instances": str(DEFAULT_PREPROCESSING_INSTANCES),
+        "postprocessing_instances": str(DEFAULT_POSTPROCESSING_INSTANCES),
+    }
+
+
+def fill_repository(
+    config: SwitchyardConfig,
+    pool_id: str,
+    *,
+    engine_model_name: str = CPU_ENGINE_MODEL,
+    overrides: Mapping[str, str] | None = None,
+    templates_dir: Path = TEMPLATES_DIR,
+) -> Path:
+    """Write the pool's model repository into `config.pool_repository(pool_id)`; return it.
+
+    `overrides` replaces individual values (say, instance counts in a benchmark); a key that
+    is not a known placeholder is an error.
+    """
+    values = repository_values(config, pool_id, engine_model_name)
+    for key, value in (overrides or {}).items():
+        if key not in values:
+            raise TemplateError(f"unknown repository key {key!r}; known: {', '.join(sorted(values))}")
+        values[key] = value
+    target = config.pool_repository(pool_id)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = target.parent / f".{target.name}.{uuid.uuid4().hex[:8]}"
+    try:
+        for model in (*STAGE_MODELS, engine_model_name):
+            _fill_model(templates_dir / model, staging / model, values)
+        if target.exists():
+            shutil.rmtree(target)
+        staging.rename(target)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging)
+    return target
+
+
+def _fill_model(template: Path, out: Path, values: Mapping[str, str]) -> None:
+    config_path = template / "config.pbtxt"
+    if not config_path.is_file():
+        raise TemplateError(f"no model template at {template} (config.pbtxt missing)")
+    shutil.copytree(template, out, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "config.pbtxt"))
+    (out / "config.pbtxt").write_text(fill_template(config_path.read_text(), values, str(config_path)))

@@ -1,0 +1,40 @@
+"""Triton shell of `llm`, the decoupled entry point. The logic is in bls/llm_pipeline.py."""
+
+import asyncio
+import json
+from concurrent.futures import ThreadPoolExecutor
+
+import triton_python_backend_utils as pb_utils
+
+from bls.llm_pipeline import LlmPipeline
+from bls.model_config import model_parameters, param_int, param_str, require_decoupled
+from bls.triton_bindings import PbResponseSink, PbTensorSource, RequestIds
+from bls.triton_stages import TritonStages
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        config = json.loads(args["model_config"])
+        require_decoupled(config, True)
+        params = model_parameters(config)
+        # One worker thread per reply waiting on the engine (see bls/triton_stages.py).
+        self._executor = ThreadPoolExecutor(max_workers=param_int(params, "max_streams"), thread_name_prefix="llm")
+        stages = TritonStages(pb_utils, param_str(params, "engine_model_name"), self._executor)
+        self._pipeline = LlmPipeline(stages)
+        self._ids = RequestIds("llm")
+
+    async def execute(self, requests):
+        await asyncio.gather(
+            *(
+                self._pipeline.run(
+                    self._ids.for_request(request.request_id()),
+                    PbTensorSource.of_request(pb_utils, request),
+                    PbResponseSink(pb_utils, request),
+                )
+                for request in requests
+            )
+        )
+        return None
+
+    def finalize(self):
+        self._executor.shutdown(wait=False, cancel_futures=True)

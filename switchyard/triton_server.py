@@ -1,0 +1,275 @@
+"""Run the real `tritonserver` that ships in the `nvidia-pytriton` wheel, for one pool.
+
+    site-packages/pytriton/tritonserver/            var/triton/backends/python/     (built here)
+      bin/tritonserver                                libtriton_python.so            <- copied
+      backends/python/libtriton_python.so  ────────▶  triton_python_backend_utils.py <- copied
+      python_backend_stubs/3.11/..._stub   ────────▶  triton_python_backend_stub     <- this Python's
+    site-packages/nvidia_pytriton.libs/    ── LD_LIBRARY_PATH
+
+The stub runs the `python3` first on PATH, so the venv's `bin/` goes first: the stub then
+sees the venv's packages (the project is installed there, so `model.py` imports `bls` and
+`engine`). The server runs in its own process group, so stopping it also stops its stub
+processes; nothing is left orphaned. Its output goes to `var/logs/triton-<name>.log`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+import uuid
+from pathlib import Path
+from types import FrameType, TracebackType
+
+from switchyard.config import Ports, SwitchyardConfig
+from switchyard.triton_install import TritonInstall, prepare_backend_dir, server_env
+
+_GLOG_ERROR = re.compile(r"^E\d{4} ")
+_MAX_ERROR_LINES = 12
+# Error lines every CPU-only start prints; they say nothing about why a start failed.
+_CPU_ONLY_NOISE = ("CudaDriverHelper has not been initialized",)
+
+
+class TritonStartError(RuntimeError):
+    """The server exited or did not become ready; the message ends with its log tail."""
+
+
+class TritonServer:
+    """One `tritonserver` process serving one pool's model repository.
+
+    Use as a context manager, or `start()` (which waits for readiness) and `stop()`.
+    """
+
+    def __init__(
+        self,
+        repository: Path,
+        ports: Ports,
+        *,
+        var_dir: Path,
+        name: str,
+        host: str = "127.0.0.1",
+        startup_timeout_s: float = 180.0,
+        exit_timeout_s: int = 3,
+        extra_args: tuple[str, ...] = (),
+    ) -> None:
+        self.repository = repository
+        self.ports = ports
+        self.name = name
+        self.host = host
+        self.var_dir = var_dir
+        self.log_path = var_dir / "logs" / f"triton-{name}.log"
+        self._startup_timeout_s = startup_timeout_s
+        self._exit_timeout_s = exit_timeout_s
+        self._extra_args = extra_args
+        self._process: subprocess.Popen[bytes] | None = None
+        self._log_offset = 0
+
+    @property
+    def http_url(self) -> str:
+        return f"http://{self.host}:{self.ports.http}"
+
+    @property
+    def grpc_url(self) -> str:
+        """host:port, the form `tritonclient.grpc` takes."""
+        return f"{self.host}:{self.ports.grpc}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://{self.host}:{self.ports.metrics}/metrics"
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process else None
+
+    def command(self, backend_dir: Path, install: TritonInstall) -> list[str]:
+        # The Python backend names its shared-memory regions by prefix: make it unique per
+        # server, or two servers on one machine collide in /dev/shm.
+        shm_prefix = f"switchyard-{self.name}-{uuid.uuid4().hex[:8]}-"
+        return [
+            str(install.server_bin),
+            f"--model-repository={self.repository}",
+            f"--backend-directory={backend_dir}",
+            f"--backend-config=python,shm-region-prefix-name={shm_prefix}",
+            f"--http-address={self.host}",
+            f"--http-port={self.ports.http}",
+            f"--grpc-address={self.host}",
+            f"--grpc-port={self.ports.grpc}",
+            f"--metrics-address={self.host}",
+            f"--metrics-port={self.ports.metrics}",
+            "--allow-metrics=true",
+            "--allow-cpu-metrics=false",
+            "--allow-gpu-metrics=false",
+            f"--exit-timeout-secs={self._exit_timeout_s}",
+            "--disable-auto-complete-config",
+            "--log-verbose=0",
+            *self._extra_args,
+        ]
+
+    def start(self) -> None:
+        """Launch the server and wait until it is ready; TritonStartError otherwise."""
+        if self._process is not None:
+            raise RuntimeError(f"triton server {self.name!r} already started")
+        if not (self.repository / "llm" / "config.pbtxt").is_file():
+            raise TritonStartError(f"{self.repository} is not a filled model repository (run switchyard build)")
+        self._check_ports_free()
+        install = TritonInstall.find()
+        backend_dir = prepare_backend_dir(self.var_dir, install)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("ab") as log:
+            self._log_offset = log.tell()
+            log.write(f"=== switchyard: starting triton {self.name!r} at {time.ctime()} ===\n".encode())
+            log.flush()
+            self._process = subprocess.Popen(
+                self.command(backend_dir, install),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=server_env(install),
+                cwd=self.var_dir,
+                start_new_session=True,  # its own process group: stop() reaches the stubs too
+            )
+        # A parent that exits without stop() (an exception in a script) must not leave a
+        # server behind holding the ports. (A SIGKILLed parent still can: see run_triton.)
+        atexit.register(self.stop)
+        try:
+            self.wait_ready(self._startup_timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _check_ports_free(self) -> None:
+        """Refuse to start on a taken port: readiness would be answered by the other server."""
+        for kind, port in (("http", self.ports.http), ("grpc", self.ports.grpc), ("metrics", self.ports.metrics)):
+            with socket.socket() as probe:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                try:
+                    probe.bind((self.host, port))
+                except OSError as exc:
+                    raise TritonStartError(
+                        f"{kind} port {port} on {self.host} is taken ({exc.strerror}): another server runs there; "
+                        "stop it or choose other ports"
+                    ) from None
+
+    def is_ready(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.http_url}/v2/health/ready", timeout=2) as response:
+                return bool(response.status == 200)
+        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+            return False
+
+    def wait_ready(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            code = self.poll()
+            if code is not None:
+                raise TritonStartError(f"tritonserver {self.name!r} exited with code {code}\n{self.log_tail()}")
+            if self.is_ready() and self.poll() is None:
+                return
+            time.sleep(0.2)
+        raise TritonStartError(f"tritonserver {self.name!r} not ready after {timeout_s:.0f} s\n{self.log_tail()}")
+
+    def poll(self) -> int | None:
+        """The exit code once the server has exited; None while it runs (or never started)."""
+        return None if self._process is None else self._process.poll()
+
+    def stop(self, timeout_s: float = 20.0) -> int | None:
+        """SIGTERM the process group, wait, then SIGKILL whatever is left. Returns the exit code."""
+        process, self._process = self._process, None
+        if process is None:
+            return None
+        atexit.unregister(self.stop)
+        pgid = process.pid  # start_new_session: the server leads its own group
+        _signal_group(pgid, signal.SIGTERM)
+        try:
+            code = process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            _signal_group(pgid, signal.SIGKILL)
+            code = process.wait()
+        _signal_group(pgid, signal.SIGKILL)  # stubs that outlived the server
+        return code
+
+    def log_tail(self, max_chars: int = 4000) -> str:
+        """This run's error lines, then the end of its log: what an error message needs.
+
+        Triton prints big status tables after a failed load, so the tail alone often misses
+        the cause; glog error lines (`E1129 ...`) carry it.
+        """
+        try:
+            with self.log_path.open("rb") as log:
+                log.seek(self._log_offset)
+                text = log.read().decode("utf-8", errors="replace")
+        except OSError as exc:
+            return f"(no log at {self.log_path}: {exc})"
+        errors = [
+            line[:600]
+            for line in text.splitlines()
+            if _GLOG_ERROR.match(line) and not any(noise in line for noise in _CPU_ONLY_NOISE)
+        ]
+        head = "\n".join(["--- errors ---", *errors[-_MAX_ERROR_LINES:]]) + "\n" if errors else ""
+        return f"{head}--- {self.log_path} (tail) ---\n{text[-max_chars:]}"
+
+    def __enter__(self) -> TritonServer:
+        self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def run_triton(config: SwitchyardConfig, pool_id: str, ports: Ports | None = None, *, fill: bool = True) -> int:
+    """`switchyard triton --pool POOL`: fill the pool's repository, serve until SIGTERM/SIGINT.
+
+    Returns a process exit code: 0 after a signal, 1 if the server did not start (the reason,
+    with the log's error lines, on stderr), the server's own code if it died.
+    """
+    from build_engines.repository import fill_repository
+
+    if pool_id not in config.pools:
+        raise KeyError(f"unknown pool {pool_id!r}; switchyard.yaml has {sorted(config.pools)}")
+    repository = fill_repository(config, pool_id) if fill else config.pool_repository(pool_id)
+    server = TritonServer(repository, ports or config.pools[pool_id].ports, var_dir=config.var_path, name=pool_id)
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        try:
+            server.start()
+        except TritonStartError as exc:
+            print(f"tritonserver for pool {pool_id!r} did not start: {exc}", file=sys.stderr, flush=True)
+            return 1
+        try:
+            print(
+                f"triton pool {pool_id!r} ready: http {server.http_url}, grpc {server.grpc_url}, "
+                f"metrics {server.metrics_url}, log {server.log_path}",
+                flush=True,
+            )
+            while not stop.wait(0.5):
+                code = server.poll()
+                if code is not None:
+                    print(f"tritonserver exited with code {code}\n{server.log_tail()}", file=sys.stderr, flush=True)
+                    return code or 1
+            return 0
+        finally:
+            server.stop()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

@@ -1,0 +1,220 @@
+"""EngineHost with a fake engine loop (real RequestStreams) and recording sinks."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+import numpy as np
+
+from bls.engine_host import EngineHost
+from bls.engine_tensors import cancel_request_tensors, engine_request_tensors
+from bls.tensors import DictTensorSource, Outputs, int32_scalar
+from engine.engine_loop import RequestStream
+from engine.request import EngineRequest, FinishReason, RequestOutput, SamplingParams
+from engine.stats import EngineStats
+
+STATS = EngineStats(10, 8, 2, 16, 0, 1, 4, 1, 0, 0)
+
+
+class FakeLoop:
+    def __init__(self) -> None:
+        self.streams: dict[str, RequestStream] = {}
+        self.cancelled: list[str] = []
+        self.started = self.stopped = False
+
+    def start(self) -> None:
+        self.started = True
+
+    def stop(self, timeout: float) -> None:
+        self.stopped = True
+
+    def submit(self, request: EngineRequest, notify: Callable[[], None] | None = None) -> RequestStream:
+        stream = RequestStream(request.request_id, notify)
+        self.streams[request.request_id] = stream
+        return stream
+
+    def cancel(self, request_id: str) -> None:
+        self.cancelled.append(request_id)
+
+    def stats(self) -> EngineStats:
+        return STATS
+
+
+class Sink:
+    def __init__(self, fail: bool = False) -> None:
+        self.sent: list[tuple[Outputs | None, bool, str | None]] = []
+        self.cancelled = False
+        self.fail = fail
+        self.event = threading.Event()
+
+    def send(self, outputs: Outputs | None, *, final: bool, error: str | None = None) -> None:
+        if self.fail:
+            raise RuntimeError("client gone")
+        self.sent.append((outputs, final, error))
+        self.event.set()
+
+    def is_cancelled(self) -> bool:
+        return self.cancelled
+
+    def tokens(self) -> list[list[int]]:
+        return [list(o["output_token_ids"]) for o, _, _ in self.sent if o is not None]
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Publisher:
+    def __init__(self) -> None:
+        self.published: list[EngineStats] = []
+
+    def publish(self, stats: EngineStats) -> None:
+        self.published.append(stats)
+
+
+def request_inputs(max_tokens: int = 4) -> DictTensorSource:
+    request = EngineRequest("x", (1, 2, 3), SamplingParams(max_tokens=max_tokens))
+    return DictTensorSource(engine_request_tensors(request))
+
+
+def out(rid: str, ids: tuple[int, ...], reason: FinishReason | None = None, done: int = 0) -> RequestOutput:
+    return RequestOutput(rid, ids, reason is not None, reason, 3, 0, done)
+
+
+def make_host() -> tuple[EngineHost, FakeLoop, Clock, Publisher]:
+    loop, clock, publisher = FakeLoop(), Clock(), Publisher()
+    return (
+        EngineHost(loop, publisher, cancel_poll_s=0.05, clock=clock),
+        loop,
+        clock,
+        publisher,
+    )
+
+
+def test_steps_are_coalesced_into_one_response_and_final_ends_the_request() -> None:
+    host, loop, _, _ = make_host()
+    sink = Sink()
+    host.handle("r1", request_inputs(), sink)
+    stream = loop.streams["r1"]
+    stream.push(out("r1", (5,), done=1))
+    stream.push(out("r1", (6,), done=2))
+    host.pump()
+    stream.push(out("r1", (7,), FinishReason.LENGTH, done=3))
+    host.pump()
+    host.pump()
+    assert sink.tokens() == [[5, 6], [7]]
+    assert [final for _, final, _ in sink.sent] == [False, True]
+    last = sink.sent[-1][0]
+    assert last is not None and last["finish_reason"][0] == b"length"
+    assert int(last["completion_tokens"][0]) == 3
+    assert host.active_request_ids == []
+
+
+def test_client_cancellation_is_polled_and_forwarded_once() -> None:
+    host, loop, clock, _ = make_host()
+    sink = Sink()
+    host.handle("r1", request_inputs(), sink)
+    host.pump()
+    sink.cancelled = True
+    host.pump()  # within the poll interval: not asked yet
+    assert loop.cancelled == []
+    clock.now = 0.06
+    host.pump()
+    clock.now = 0.2
+    host.pump()
+    assert loop.cancelled == ["r1"]
+
+
+def test_control_request_cancels_a_running_request() -> None:
+    host, loop, _, _ = make_host()
+    host.handle("r1", request_inputs(), Sink())
+    control = Sink()
+    host.handle("c1", DictTensorSource(cancel_request_tensors("r1")), control)
+    assert loop.cancelled == ["r1"]
+    assert control.sent == [(None, True, None)]
+
+
+def test_cancel_that_overtakes_its_request_still_wins() -> None:
+    host, loop, _, _ = make_host()
+    host.handle("c1", DictTensorSource(cancel_request_tensors("r1")), Sink())
+    sink = Sink()
+    host.handle("r1", request_inputs(), sink)
+    assert "r1" not in loop.streams
+    ((outputs, final, error),) = sink.sent
+    assert final and error is None and outputs is not None
+    assert outputs["finish_reason"][0] == b"cancelled"
+
+
+def test_late_cancel_does_not_hit_a_later_request_with_the_same_id() -> None:
+    host, loop, _, _ = make_host()
+    host.handle("r1", request_inputs(), Sink())
+    loop.streams["r1"].push(out("r1", (5,), FinishReason.STOP, done=1))
+    host.pump()
+    host.handle("c1", DictTensorSource(cancel_request_tensors("r1")), Sink())  # too late
+    sink = Sink()
+    host.handle("r1", request_inputs(), sink)
+    assert sink.sent == []
+    assert "r1" in host.active_request_ids
+
+
+def test_bad_input_and_duplicate_id_are_errors_with_final() -> None:
+    host, _, _, _ = make_host()
+    bad = Sink()
+    host.handle(
+        "r1",
+        DictTensorSource({"input_ids": np.array([1], dtype=np.int32), "max_tokens": int32_scalar(0)}),
+        bad,
+    )
+    assert bad.sent == [(None, True, "max_tokens must be at least 1, got 0")]
+    host.handle("r2", request_inputs(), Sink())
+    dup = Sink()
+    host.handle("r2", request_inputs(), dup)
+    assert dup.sent[0][1] is True and "already running" in str(dup.sent[0][2])
+
+
+def test_failed_send_cancels_the_request_in_the_engine() -> None:
+    host, loop, _, _ = make_host()
+    host.handle("r1", request_inputs(), Sink(fail=True))
+    loop.streams["r1"].push(out("r1", (5,), done=1))
+    host.pump()
+    assert loop.cancelled == ["r1"]
+    assert host.active_request_ids == []
+
+
+def test_metrics_are_published_before_the_outputs_of_a_pass() -> None:
+    host, loop, _, publisher = make_host()
+    sink = Sink()
+    sink.send = lambda outputs, *, final, error=None: sink.sent.append((outputs, len(publisher.published)))  # type: ignore[method-assign,assignment]
+    host.handle("r1", request_inputs(), sink)
+    loop.streams["r1"].push(out("r1", (5,), done=1))
+    host.pump()
+    assert publisher.published == [STATS]
+    assert sink.sent[0][1] == 1  # published when the first output went out
+
+
+def test_stop_sends_final_to_everything_still_open() -> None:
+    host, loop, _, _ = make_host()
+    sink = Sink()
+    host.handle("r1", request_inputs(), sink)
+    host.stop(timeout=1.0)
+    assert loop.stopped
+    outputs, final, _ = sink.sent[-1]
+    assert final and outputs is not None and outputs["finish_reason"][0] == b"aborted"
+
+
+def test_sender_thread_wakes_on_engine_output() -> None:
+    host, loop, _, _ = make_host()
+    host.start()
+    try:
+        sink = Sink()
+        host.handle("r1", request_inputs(), sink)
+        loop.streams["r1"].push(out("r1", (9,), FinishReason.STOP, done=1))
+        assert sink.event.wait(2.0)
+        assert sink.tokens() == [[9]]
+    finally:
+        host.stop(timeout=1.0)

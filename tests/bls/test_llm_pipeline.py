@@ -1,0 +1,204 @@
+"""LlmPipeline with the real tokenizer and postprocessor in-process and a scripted engine."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator, Sequence
+
+import numpy as np
+import pytest
+
+from bls.llm_pipeline import LlmPipeline, StageError
+from bls.llm_request import LlmRequest, llm_request_tensors
+from bls.postprocessing import Postprocessor, PostprocessResult, PostprocessState
+from bls.preprocessing import Preprocessed, Preprocessor
+from bls.tensors import DictTensorSource, Outputs
+from bls.tokenizer import PromptTokenizer
+from engine.request import EngineRequest, FinishReason, RequestOutput, SamplingParams
+
+
+class Sink:
+    def __init__(self) -> None:
+        self.sent: list[tuple[Outputs | None, bool, str | None]] = []
+        self.cancelled = False
+
+    def send(self, outputs: Outputs | None, *, final: bool, error: str | None = None) -> None:
+        assert not any(f for _, f, _ in self.sent), "nothing may follow FINAL"
+        self.sent.append((outputs, final, error))
+
+    def is_cancelled(self) -> bool:
+        return self.cancelled
+
+    def texts(self) -> list[str]:
+        return [o["text_output"][0].decode() for o, _, _ in self.sent if o is not None]
+
+    def final(self) -> tuple[Outputs | None, str | None]:
+        finals = [(o, e) for o, f, e in self.sent if f]
+        assert len(finals) == 1 and self.sent[-1][1]
+        return finals[0]
+
+
+class FakeStages:
+    """Scripted engine: yields `chunks` of token ids, one output each; honours cancel."""
+
+    def __init__(self, tokenizer: PromptTokenizer, chunks: Sequence[Sequence[int]], *, hang: bool = False) -> None:
+        self.pre, self.post = Preprocessor(tokenizer), Postprocessor(tokenizer)
+        self.chunks = [tuple(c) for c in chunks]
+        self.hang = hang  # after the chunks, wait for a cancel instead of finishing
+        self.cancels: list[str] = []
+        self.requests: list[EngineRequest] = []
+        self.closed = False
+        self._cancelled = asyncio.Event()
+        self.fail_postprocess = False
+
+    async def preprocess(self, prompt: str, stops: Sequence[str]) -> Preprocessed:
+        return self.pre.run(prompt, stops)
+
+    async def postprocess(
+        self, token_ids: Sequence[int], state: PostprocessState, stops: Sequence[str], *, is_final: bool
+    ) -> PostprocessResult:
+        if self.fail_postprocess:
+            raise RuntimeError("postprocessing exploded")
+        return self.post.step(token_ids, state, stops, is_final=is_final)
+
+    async def generate(self, request: EngineRequest) -> AsyncGenerator[RequestOutput, None]:
+        self.requests.append(request)
+        done, prompt = 0, len(request.prompt_token_ids)
+        try:
+            for i, chunk in enumerate(self.chunks):
+                if self._cancelled.is_set():
+                    break
+                done += len(chunk)
+                last = i == len(self.chunks) - 1 and not self.hang
+                reason = FinishReason.LENGTH if last else None
+                yield RequestOutput(request.request_id, chunk, last, reason, prompt, 0, done)
+                await asyncio.sleep(0)
+            if self.hang or self._cancelled.is_set():
+                await self._cancelled.wait()
+                yield RequestOutput(request.request_id, (), True, FinishReason.CANCELLED, prompt, 0, done)
+        finally:
+            self.closed = True
+
+    async def cancel(self, request_id: str) -> None:
+        self.cancels.append(request_id)
+        self._cancelled.set()
+
+
+def inputs(prompt: str = "Hello", **kwargs: object) -> DictTensorSource:
+    sampling = SamplingParams(max_tokens=int(kwargs.pop("max_tokens", 50)))  # type: ignore[call-overload]
+    return DictTensorSource(llm_request_tensors(LlmRequest(prompt=prompt, sampling=sampling, **kwargs)))  # type: ignore[arg-type]
+
+
+def chunks_of(tokenizer: PromptTokenizer, text: str, size: int) -> list[list[int]]:
+    ids = tokenizer.encode_stop(text)
+    return [ids[i : i + size] for i in range(0, len(ids), size)]
+
+
+REPLY = "Hello 🚀 world. Observation: done"
+
+
+async def test_streamed_deltas_concatenate_to_the_reply(tokenizer: PromptTokenizer) -> None:
+    stages = FakeStages(tokenizer, chunks_of(tokenizer, REPLY, 1))
+    sink = Sink()
+    await LlmPipeline(stages).run("r1", inputs(), sink)
+    outputs, error = sink.final()
+    assert error is None and outputs is not None
+    assert "".join(sink.texts()) == REPLY
+    assert outputs["finish_reason"][0] == b"length"
+    all_ids = [i for o, _, _ in sink.sent if o is not None for i in o["output_token_ids"]]
+    assert all_ids == tokenizer.encode_stop(REPLY)
+    assert int(outputs["completion_tokens"][0]) == len(all_ids)
+    assert int(outputs["prompt_tokens"][0]) == len(tokenizer.encode_prompt("Hello"))
+    assert len(sink.sent) == len(stages.chunks)  # one response per engine output
+    assert stages.requests[0].request_id == "r1"
+
+
+async def test_stream_false_sends_one_response(tokenizer: PromptTokenizer) -> None:
+    stages = FakeStages(tokenizer, chunks_of(tokenizer, REPLY, 2))
+    sink = Sink()
+    await LlmPipeline(stages).run("r1", inputs(stream=False), sink)
+    assert len(sink.sent) == 1
+    outputs, _ = sink.final()
+    assert outputs is not None and outputs["text_output"][0].decode() == REPLY
+    assert list(outputs["output_token_ids"]) == tokenizer.encode_stop(REPLY)
+
+
+async def test_stop_string_ends_the_reply_and_cancels_the_engine(tokenizer: PromptTokenizer) -> None:
+    stages = FakeStages(tokenizer, chunks_of(tokenizer, REPLY + " and more text after it", 1))
+    sink = Sink()
+    await LlmPipeline(stages).run("r1", inputs(stops=("Observation:",)), sink)
+    outputs, _ = sink.final()
+    assert outputs is not None and outputs["finish_reason"][0] == b"stop"
+    assert "".join(sink.texts()) == "Hello 🚀 world. "
+    assert stages.cancels == ["r1"]
+    assert stages.closed
+    assert stages.requests[0].sampling.stop_token_sequences == (tuple(tokenizer.encode_stop("Observation:")),)
+
+
+async def test_client_cancel_reaches_the_engine(tokenizer: PromptTokenizer) -> None:
+    stages = FakeStages(tokenizer, chunks_of(tokenizer, "Hello", 1), hang=True)
+    sink = Sink()
+    task = asyncio.create_task(LlmPipeline(stages, cancel_poll_s=0.01).run("r1", inputs(), sink))
+    await asyncio.sleep(0.05)
+    assert not task.done()
+    sink.cancelled = True
+    await asyncio.wait_for(task, 2.0)
+    outputs, error = sink.final()
+    assert error is None and outputs is not None and outputs["finish_reason"][0] == b"cancelled"
+    assert stages.cancels == ["r1"]
+
+
+async def test_resumed_reply_continues_without_repeating_text(tokenizer: PromptTokenizer) -> None:
+    ids = tokenizer.encode_stop(REPLY)
+    cut = 5
+    stages = FakeStages(tokenizer, [ids[cut:]])
+    sink = Sink()
+    await LlmPipeline(stages).run("r1", inputs(resume_token_ids=tuple(ids[:cut])), sink)
+    sent_before = tokenizer.decode(ids[:cut]).rstrip("\ufffd")
+    assert sent_before + "".join(sink.texts()) == REPLY
+    assert stages.requests[0].resume_token_ids == tuple(ids[:cut])
+
+
+async def test_bad_input_is_an_error_with_final(tokenizer: PromptTokenizer) -> None:
+    sink = Sink()
+    src = DictTensorSource({"text_input": np.array([b"hi"], dtype=np.object_)})
+    await LlmPipeline(FakeStages(tokenizer, [])).run("r1", src, sink)
+    assert sink.sent == [(None, True, "input 'max_tokens' is required")]
+
+
+async def test_stage_error_is_passed_on(tokenizer: PromptTokenizer) -> None:
+    stages = FakeStages(tokenizer, [])
+
+    async def broken(prompt: str, stops: Sequence[str]) -> Preprocessed:
+        raise StageError("preprocessing: text_input encodes to no tokens")
+
+    stages.preprocess = broken  # type: ignore[method-assign]
+    sink = Sink()
+    await LlmPipeline(stages).run("r1", inputs(), sink)
+    assert sink.sent == [(None, True, "preprocessing: text_input encodes to no tokens")]
+
+
+async def test_failure_mid_stream_cancels_the_engine_and_sends_error_final(
+    tokenizer: PromptTokenizer,
+) -> None:
+    stages = FakeStages(tokenizer, chunks_of(tokenizer, REPLY, 1))
+    stages.fail_postprocess = True
+    sink = Sink()
+    await LlmPipeline(stages).run("r1", inputs(), sink)
+    _, error = sink.final()
+    assert error is not None and "postprocessing exploded" in error
+    assert stages.cancels == ["r1"]
+    assert stages.closed
+
+
+@pytest.mark.parametrize("stream", [True, False])
+async def test_task_cancellation_still_sends_final(tokenizer: PromptTokenizer, stream: bool) -> None:
+    stages = FakeStages(tokenizer, [], hang=True)
+    sink = Sink()
+    task = asyncio.create_task(LlmPipeline(stages).run("r1", inputs(stream=stream), sink))
+    await asyncio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    _, error = sink.final()
+    assert error is not None

@@ -1,0 +1,78 @@
+from __future__ import annotations
+
+from typing import Any
+
+from bls.metrics import TritonEngineMetrics, gauge_samples
+from engine.stats import EngineStats
+
+STATS = EngineStats(
+    max_blocks=100,
+    free_blocks=90,
+    used_blocks=10,
+    tokens_per_block=16,
+    reused_blocks=3,
+    active_requests=2,
+    max_requests=8,
+    scheduled_requests=2,
+    context_requests=1,
+    waiting_requests=4,
+)
+
+
+class FakeMetric:
+    def __init__(self, labels: dict[str, str]) -> None:
+        self.labels = labels
+        self.value: float | None = None
+
+    def set(self, value: float) -> None:
+        self.value = value
+
+
+class FakeMetricFamily:
+    GAUGE = "gauge"
+
+    def __init__(self, name: str, description: str, kind: Any) -> None:
+        self.name, self.kind = name, kind
+        self.metrics: list[FakeMetric] = []
+        CREATED.append(self)
+
+    def Metric(self, labels: dict[str, str]) -> FakeMetric:
+        metric = FakeMetric(labels)
+        self.metrics.append(metric)
+        return metric
+
+
+CREATED: list[FakeMetricFamily] = []
+
+
+def test_samples_cover_every_label() -> None:
+    values = {(s.family, s.label): s.value for s in gauge_samples(STATS)}
+    assert values[("nv_trt_llm_kv_cache_block_metrics", "free")] == 90
+    assert values[("nv_trt_llm_kv_cache_block_metrics", "tokens_per")] == 16
+    assert values[("nv_trt_llm_request_metrics", "waiting")] == 4
+    assert len(values) == 10
+
+
+def test_triton_publisher_sets_labelled_gauges() -> None:
+    CREATED.clear()
+    metrics = TritonEngineMetrics(FakeMetricFamily, {"model": "cpu_engine", "version": "1"})
+    metrics.publish(STATS)
+    metrics.publish(EngineStats(100, 100, 0, 16, 3, 0, 8, 0, 0, 0))
+    families = {f.name: f for f in CREATED}
+    assert set(families) == {"nv_trt_llm_kv_cache_block_metrics", "nv_trt_llm_request_metrics"}
+    assert all(f.kind == "gauge" for f in families.values())
+    kv = {m.labels["kv_cache_block_type"]: m for m in families["nv_trt_llm_kv_cache_block_metrics"].metrics}
+    assert kv["free"].value == 100 and kv["used"].value == 0
+    assert kv["max"].labels == {"kv_cache_block_type": "max", "model": "cpu_engine", "version": "1"}
+    assert len(families["nv_trt_llm_request_metrics"].metrics) == 5  # created once, then updated
+
+
+def test_only_changed_values_are_set() -> None:
+    CREATED.clear()
+    metrics = TritonEngineMetrics(FakeMetricFamily, {})
+    metrics.publish(STATS)
+    kv = {m.labels["kv_cache_block_type"]: m for m in CREATED[0].metrics}
+    kv["max"].value = None  # would be set again only if publish re-sent it
+    metrics.publish(EngineStats(100, 80, 20, 16, 3, 2, 8, 2, 1, 4))
+    assert kv["max"].value is None
+    assert kv["free"].value == 80

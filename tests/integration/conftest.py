@@ -1,0 +1,114 @@
+"""One real `tritonserver` for the integration tests, started once per session.
+
+`triton_pool` builds a tiny model (seconds), fills its model repository and starts the server
+through `switchyard.triton_server.TritonServer` on free ports. Other suites (the gateway's
+integration tests) reuse it:
+
+    def test_something(triton_pool: TritonPool) -> None:
+        client = tritonclient.grpc.aio.InferenceServerClient(triton_pool.grpc_url)
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from build_engines.build import build_model
+from build_engines.repository import fill_repository
+from switchyard.config import Ports, SwitchyardConfig
+from switchyard.triton_server import TritonServer
+
+POOL_ID = "tiny"
+MODEL_ID = "tiny"
+# Small enough to build in well under a second and to decode quickly on two cores, big
+# enough that prompts and replies exercise multi-block KV.
+TINY_ARCHITECTURE = {
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "vocab_size": 512,
+}
+TINY_ENGINE = {
+    "kv_capacity_tokens": 8192,
+    "block_size": 16,
+    "max_num_seqs": 16,
+    "max_num_batched_tokens": 256,
+}
+MAX_CONTEXT_TOKENS = 8192
+
+
+@dataclass(frozen=True)
+class TritonPool:
+    """A running Triton server for one pool, and where to reach it."""
+
+    pool_id: str
+    model_id: str
+    model_dir: Path
+    config: SwitchyardConfig
+    server: TritonServer
+
+    @property
+    def grpc_url(self) -> str:
+        """host:port, as `tritonclient.grpc` takes it."""
+        return self.server.grpc_url
+
+    @property
+    def http_url(self) -> str:
+        return self.server.http_url
+
+    @property
+    def metrics_url(self) -> str:
+        """The full Prometheus URL (ends in /metrics)."""
+        return self.server.metrics_url
+
+
+def free_ports(count: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def tiny_pool_config(root: Path) -> SwitchyardConfig:
+    http, grpc, metrics = free_ports(3)
+    return SwitchyardConfig.model_validate(
+        {
+            "root": root,
+            "models": {
+                MODEL_ID: {
+                    "weights_uri": f"var/models/{MODEL_ID}",
+                    "max_context_tokens": MAX_CONTEXT_TOKENS,
+                    "architecture": TINY_ARCHITECTURE,
+                    "seed": 5,
+                }
+            },
+            "pools": {
+                POOL_ID: {
+                    "model_id": MODEL_ID,
+                    "engine": TINY_ENGINE,
+                    "ports": Ports(http=http, grpc=grpc, metrics=metrics).model_dump(),
+                }
+            },
+        }
+    )
+
+
+@pytest.fixture(scope="session")
+def triton_pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonPool]:
+    root = tmp_path_factory.mktemp("triton_pool")
+    config = tiny_pool_config(root)
+    model_dir = build_model(MODEL_ID, config.models[MODEL_ID], config.model_dir(MODEL_ID), log=lambda _: None)
+    repository = fill_repository(config, POOL_ID)
+    server = TritonServer(repository, config.pools[POOL_ID].ports, var_dir=config.var_path, name=POOL_ID)
+    with server:
+        yield TritonPool(POOL_ID, MODEL_ID, model_dir, config, server)
