@@ -30,6 +30,7 @@ up: $(STAMP) redis build
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/mypy $(PACKAGES)
 
 unit: $(STAMP)

@@ -54,9 +54,7 @@ class LLMEngine:
         """An engine over the HF checkpoint in `model_dir`, its KV cache sized by `config`."""
         from engine.model import NumpyLlama  # numpy weights load only when asked for
 
-        model = NumpyLlama.from_pretrained(
-            model_dir, num_blocks=config.num_blocks, block_size=config.block_size
-        )
+        model = NumpyLlama.from_pretrained(model_dir, num_blocks=config.num_blocks, block_size=config.block_size)
         max_model_len = ModelConfig.from_pretrained(model_dir).max_position_embeddings
         return cls(config, model, max_model_len=max_model_len)
 

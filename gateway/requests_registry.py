@@ -58,9 +58,7 @@ class InflightRequest:
         if delta.usage is not None:
             self.usage = delta.usage
         elif delta.token_ids:
-            self.usage = replace(
-                self.usage, completion_tokens=self.usage.completion_tokens + len(delta.token_ids)
-            )
+            self.usage = replace(self.usage, completion_tokens=self.usage.completion_tokens + len(delta.token_ids))
         if delta.text or delta.token_ids:
             if self.first_token_at is None:
                 self.first_token_at = now

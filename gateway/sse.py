@@ -28,9 +28,7 @@ def sse_event(data: dict[str, Any], event: str | None = None) -> bytes:
     return f"{head}data: {json.dumps(data, ensure_ascii=False, separators=(',', ':'))}\n\n".encode()
 
 
-async def stream_events(
-    entry: InflightRequest, registry: RequestRegistry, heartbeat_s: float
-) -> AsyncIterator[bytes]:
+async def stream_events(entry: InflightRequest, registry: RequestRegistry, heartbeat_s: float) -> AsyncIterator[bytes]:
     """The SSE body of one request. If the response closes before the request ends (the
     client went away), the request is cancelled, which frees the server's KV."""
     request_id = entry.request_id
@@ -40,9 +38,7 @@ async def stream_events(
             while seen < len(entry.deltas):
                 delta = entry.deltas[seen]
                 seen += 1
-                yield sse_event(
-                    {"request_id": request_id, "text": delta.text, "token_ids": list(delta.token_ids)}
-                )
+                yield sse_event({"request_id": request_id, "text": delta.text, "token_ids": list(delta.token_ids)})
             if entry.done:
                 break
             if not await entry.wait_changed(seen, timeout=heartbeat_s):

@@ -62,14 +62,10 @@ class TritonBackend:
         self._cancelled: set[str] = set()
 
     @classmethod
-    def from_config(
-        cls, config: SwitchyardConfig, host: str = "127.0.0.1", retry_after_s: int = 5
-    ) -> TritonBackend:
+    def from_config(cls, config: SwitchyardConfig, host: str = "127.0.0.1", retry_after_s: int = 5) -> TritonBackend:
         # A pool scaled to zero copies has no server to talk to (or to wait for in /readyz).
         pools = {pool_id: pool for pool_id, pool in config.pools.items() if pool.target_copies > 0}
-        clients = {
-            pool_id: InferenceServerClient(url=f"{host}:{pool.ports.grpc}") for pool_id, pool in pools.items()
-        }
+        clients = {pool_id: InferenceServerClient(url=f"{host}:{pool.ports.grpc}") for pool_id, pool in pools.items()}
         pool_models = {pool_id: pool.model_id for pool_id, pool in pools.items()}
         return cls(clients, pool_models, retry_after_s=retry_after_s)
 
@@ -80,9 +76,7 @@ class TritonBackend:
     async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationDelta]:
         pool_id = self.pool_for(request.model_id)
         if pool_id is None:
-            raise BackendUnavailable(
-                f"no pool serves model {request.model_id!r}", retry_after_s=self._retry_after_s
-            )
+            raise BackendUnavailable(f"no pool serves model {request.model_id!r}", retry_after_s=self._retry_after_s)
         inputs = build_inputs(request)
 
         async def one_request() -> AsyncIterator[dict[str, Any]]:

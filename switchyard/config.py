@@ -127,6 +127,18 @@ class SwitchyardConfig(_Strict):
         return [pid for pid, pool in self.pools.items() if pool.model_id == model_id]
 
 
+def dump_config(config: SwitchyardConfig, path: Path) -> Path:
+    """Write `config` as YAML that `load_config` reads back identically from any folder
+    (relative paths are made absolute against the original root)."""
+    raw = config.model_dump(mode="json", exclude={"root"})
+    raw["var_dir"] = str(config.var_path.resolve())
+    for model_id, model in raw["models"].items():
+        model["weights_uri"] = str(config.model_dir(model_id).resolve())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return path
+
+
 def load_config(path: Path | None = None) -> SwitchyardConfig:
     """Read and validate `switchyard.yaml` (the repository's own by default)."""
     path = (path or DEFAULT_CONFIG_PATH).resolve()

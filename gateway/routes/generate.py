@@ -29,9 +29,7 @@ router = APIRouter(prefix="/v1/generate", tags=["generate"])
 # this gateway is serving keep their pace.
 _TOKENIZE_IN_THREAD_CHARS = 4096
 
-_ERRORS: dict[int | str, dict[str, object]] = {
-    code: {"model": ErrorBody} for code in (400, 404, 409, 502, 503)
-}
+_ERRORS: dict[int | str, dict[str, object]] = {code: {"model": ErrorBody} for code in (400, 404, 409, 502, 503)}
 
 
 @router.post(

@@ -15,9 +15,7 @@ BODY = {"model": "small", "prompt": PROMPT, "max_tokens": 3}
 Sse = Callable[[str], list[tuple[str | None, Any]]]
 
 
-async def test_whole_reply(
-    client: httpx.AsyncClient, backend: Any, count_tokens: Callable[[str], int]
-) -> None:
+async def test_whole_reply(client: httpx.AsyncClient, backend: Any, count_tokens: Callable[[str], int]) -> None:
     response = await client.post("/v1/generate", json={**BODY, "request_id": "req-1"})
     assert response.status_code == 200
     assert response.headers["x-request-id"] == "req-1"
@@ -39,9 +37,7 @@ async def test_generated_request_id_is_returned(client: httpx.AsyncClient, backe
     assert backend.requests[0].request_id == request_id
 
 
-async def test_body_reaches_the_backend_as_a_generation_request(
-    client: httpx.AsyncClient, backend: Any
-) -> None:
+async def test_body_reaches_the_backend_as_a_generation_request(client: httpx.AsyncClient, backend: Any) -> None:
     body = {
         **BODY,
         "request_id": "r",
@@ -108,9 +104,7 @@ async def test_stream_frames_deltas_then_final_event_then_done(
     ]
 
 
-async def test_server_counters_win_over_the_gateway_count(
-    client: httpx.AsyncClient, backend: Any, sse: Sse
-) -> None:
+async def test_server_counters_win_over_the_gateway_count(client: httpx.AsyncClient, backend: Any, sse: Sse) -> None:
     backend.deltas = [
         GenerationDelta(text="a", token_ids=(1,), usage=Usage(5, 4, 1)),
         GenerationDelta(finish_reason="stop", usage=Usage(5, 4, 2)),
@@ -156,9 +150,7 @@ async def test_backend_failure_before_any_text_is_502(client: httpx.AsyncClient,
     assert response.json() == {"error": {"type": "backend_error", "message": "engine failed", "param": None}}
 
 
-async def test_failure_mid_stream_ends_with_an_error_event(
-    client: httpx.AsyncClient, backend: Any, sse: Sse
-) -> None:
+async def test_failure_mid_stream_ends_with_an_error_event(client: httpx.AsyncClient, backend: Any, sse: Sse) -> None:
     backend.error_after = 2
     response = await client.post("/v1/generate", json={**BODY, "stream": True, "request_id": "e"})
     assert response.status_code == 200
@@ -177,9 +169,7 @@ async def test_failure_mid_whole_reply_is_502(client: httpx.AsyncClient, backend
     assert response.json()["error"]["type"] == "backend_error"
 
 
-async def test_backend_ending_without_finish_reason_is_an_error(
-    client: httpx.AsyncClient, backend: Any
-) -> None:
+async def test_backend_ending_without_finish_reason_is_an_error(client: httpx.AsyncClient, backend: Any) -> None:
     backend.deltas = [GenerationDelta(text="a", token_ids=(1,))]
     response = await client.post("/v1/generate", json=BODY)
     assert response.status_code == 502

@@ -82,9 +82,7 @@ async def test_every_problem_is_reported_at_once(client: httpx.AsyncClient) -> N
 
 
 async def test_body_that_is_not_json(client: httpx.AsyncClient) -> None:
-    response = await client.post(
-        "/v1/generate", content=b"{not json", headers={"Content-Type": "application/json"}
-    )
+    response = await client.post("/v1/generate", content=b"{not json", headers={"Content-Type": "application/json"})
     assert response.status_code == 400
     assert "not valid JSON" in error_of(response)["message"]
 

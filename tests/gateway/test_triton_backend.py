@@ -251,9 +251,7 @@ async def test_readiness_per_pool() -> None:
     ready, not_loaded, down = FakeClient(), FakeClient(), FakeClient()
     not_loaded.model_ready = False
     down.server_ready = InferenceServerException("failed to connect to all addresses")
-    backend = TritonBackend(
-        {"a": ready, "b": not_loaded, "c": down}, {"a": "small", "b": "small", "c": "large"}
-    )
+    backend = TritonBackend({"a": ready, "b": not_loaded, "c": down}, {"a": "small", "b": "small", "c": "large"})
     assert [(p.pool_id, p.ready, p.detail) for p in await backend.readiness()] == [
         ("a", True, ""),
         ("b", False, "model 'llm' not loaded"),

@@ -1,0 +1,199 @@
+"""What the live-stack benchmarks share: a stack on free ports with bench-specific pools, an
+SSE client that timestamps every delta, a Triton metrics sampler, and prompts of a given
+length in tokens."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import socket
+import threading
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+from tokenizers import Tokenizer
+
+from switchyard.config import EngineSpec, PoolSpec, Ports, SwitchyardConfig
+from switchyard.stack import Stack
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def bench_config(base: SwitchyardConfig, pools: dict[str, tuple[str, EngineSpec]]) -> SwitchyardConfig:
+    """`base` with only the given pools (pool_id -> (model_id, engine)), all on free ports.
+
+    Each bench pool gets its own model id alias so the gateway can address it by name: the
+    alias shares the base model's weights."""
+    models = {}
+    bench_pools = {}
+    for pool_id, (model_id, engine) in pools.items():
+        models[pool_id] = base.models[model_id].model_copy(
+            update={"weights_uri": str(base.model_dir(model_id).resolve()), "architecture": None}
+        )
+        ports = Ports(http=free_port(), grpc=free_port(), metrics=free_port())
+        bench_pools[pool_id] = PoolSpec(model_id=pool_id, target_copies=1, engine=engine, ports=ports)
+    gateway = base.gateway.model_copy(update={"port": free_port()})
+    return base.model_copy(update={"models": models, "pools": bench_pools, "gateway": gateway})
+
+
+def start_stack(config: SwitchyardConfig) -> Stack:
+    stack = Stack(config, with_redis=False)
+    stack.start()
+    return stack
+
+
+@dataclass(slots=True)
+class StreamTrace:
+    """One streamed reply as the client saw it: when each delta arrived and what it held."""
+
+    started: float
+    event_times: list[float] = field(default_factory=list)
+    event_tokens: list[int] = field(default_factory=list)
+    text: str = ""
+    stop_reason: str | None = None
+    usage: dict[str, int] = field(default_factory=dict)
+    error: str | None = None
+    finished: float | None = None
+
+    @property
+    def ttft(self) -> float | None:
+        return self.event_times[0] - self.started if self.event_times else None
+
+    @property
+    def e2e(self) -> float | None:
+        return None if self.finished is None else self.finished - self.started
+
+    @property
+    def completion_tokens(self) -> int:
+        return sum(self.event_tokens)
+
+    def gaps(self, since: float = 0.0, until: float = float("inf")) -> list[float]:
+        """Gaps between consecutive deltas whose later end falls in [since, until]."""
+        times = self.event_times
+        return [b - a for a, b in itertools.pairwise(times) if since <= b <= until]
+
+
+async def stream_generate(client: httpx.AsyncClient, url: str, body: dict[str, object]) -> StreamTrace:
+    """POST /v1/generate with stream=true and record every SSE delta's arrival time."""
+    trace = StreamTrace(started=time.perf_counter())
+    async with client.stream("POST", f"{url}/v1/generate", json={**body, "stream": True}) as response:
+        if response.status_code != 200:
+            trace.error = f"HTTP {response.status_code}: {(await response.aread()).decode()}"
+            trace.finished = time.perf_counter()
+            return trace
+        event = ""
+        async for line in response.aiter_lines():
+            if line.startswith("event:"):
+                event = line[6:].strip()
+            if not line.startswith("data:"):
+                continue
+            data = line[5:].strip()
+            if data == "[DONE]":
+                break
+            payload = json.loads(data)
+            if event == "error":
+                trace.error = json.dumps(payload)
+                break
+            tokens = len(payload.get("token_ids") or [])
+            if tokens:
+                trace.event_times.append(time.perf_counter())
+                trace.event_tokens.append(tokens)
+                trace.text += payload.get("text", "")
+            if "usage" in payload and payload.get("stop_reason") is not None:
+                trace.stop_reason = payload["stop_reason"]
+                trace.usage = payload["usage"]
+    trace.finished = time.perf_counter()
+    return trace
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The q-th percentile (0..100) by nearest rank; 0.0 for no values."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    rank = min(len(ordered) - 1, max(0, round(q / 100 * len(ordered) + 0.5) - 1))
+    return ordered[rank]
+
+
+def read_kv_metrics(metrics_url: str) -> dict[str, float]:
+    """`nv_trt_llm_kv_cache_block_metrics` and `nv_trt_llm_request_metrics` as a flat dict."""
+    with urllib.request.urlopen(metrics_url, timeout=2) as response:
+        text = response.read().decode()
+    values: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("nv_trt_llm_") and "{" in line:
+            name, rest = line.split("{", 1)
+            labels, value = rest.rsplit("}", 1)
+            kind = labels.split('"')[1] if '"' in labels else labels
+            values[f"{name}.{kind}"] = float(value)
+    return values
+
+
+class MetricsSampler:
+    """Samples a Triton server's engine metrics on a thread every `interval_s`."""
+
+    def __init__(self, metrics_url: str, interval_s: float = 0.05) -> None:
+        self.metrics_url = metrics_url
+        self.interval_s = interval_s
+        self.samples: list[dict[str, float]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                self.samples.append(read_kv_metrics(self.metrics_url))
+            except OSError:
+                continue
+
+    def __enter__(self) -> MetricsSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def prompt_of(tokenizer: Tokenizer, n_tokens: int, seed: int) -> str:
+    """Text that tokenizes to about `n_tokens` tokens (bos included), distinct per seed."""
+    words = [
+        "river",
+        "signal",
+        "lantern",
+        "quiet",
+        "copper",
+        "meadow",
+        "orbit",
+        "paper",
+        "harbor",
+        "ember",
+        "violet",
+        "granite",
+        "willow",
+        "cipher",
+        "thunder",
+        "marble",
+        "falcon",
+        "tide",
+    ]
+    parts: list[str] = []
+    state = seed * 2654435761 % 2**32 or 1
+    while len(parts) < n_tokens + 8:
+        state = (state * 1103515245 + 12345) % 2**31
+        parts.append(words[state % len(words)] + str(state % 97))
+    ids = tokenizer.encode(" ".join(parts)).ids
+    # Drop bos (re-encoding adds it back); decoding and re-encoding may shift the count by a
+    # token or two at the cut, which "about" allows.
+    return str(tokenizer.decode(ids[1:n_tokens]))
+
+
+def load_tokenizer(config: SwitchyardConfig, model_id: str) -> Tokenizer:
+    return Tokenizer.from_file(str(Path(config.model_dir(model_id)) / "tokenizer.json"))

@@ -1,0 +1,172 @@
+"""The whole platform on one machine: Redis, one Triton server per pool, the gateway.
+
+`switchyard up` (and so `make up`) runs it in the foreground until Ctrl-C; the benchmarks and
+the end-to-end tests use the same `Stack` so they measure what `make up` runs.
+
+    Stack.start():  redis-server ─▶ tritonserver per pool (parallel starts) ─▶ gateway
+    Stack.stop():   the reverse, every process group killed: no orphans
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from types import FrameType, TracebackType
+
+from build_engines.repository import fill_repository
+from switchyard.config import SwitchyardConfig, dump_config
+from switchyard.process import ManagedProcess, wait_until
+from switchyard.redis_server import RedisServer
+from switchyard.triton_server import TritonServer
+
+
+class Stack:
+    """Start and stop the platform's processes for `config`, on the ports it names.
+
+    `pool_ids` limits which pools get a server (default: every pool with target_copies > 0);
+    `gateway_port` overrides the file's. The models must have been built (`switchyard build`).
+    """
+
+    def __init__(
+        self,
+        config: SwitchyardConfig,
+        *,
+        pool_ids: list[str] | None = None,
+        gateway_port: int | None = None,
+        with_redis: bool = True,
+    ) -> None:
+        self.config = config
+        self.pool_ids = pool_ids or [pid for pid, pool in config.pools.items() if pool.target_copies > 0]
+        self.gateway_port = gateway_port or config.gateway.port
+        self.redis = (
+            RedisServer(config.redis.port, config.var_path / "redis", config.var_path / "logs" / "redis.log")
+            if with_redis
+            else None
+        )
+        self.tritons: dict[str, TritonServer] = {}
+        self.gateway: ManagedProcess | None = None
+
+    @property
+    def gateway_url(self) -> str:
+        return f"http://{self.config.gateway.host}:{self.gateway_port}"
+
+    def start(self, timeout_s: float = 180.0) -> None:
+        try:
+            if self.redis is not None:
+                self.redis.start()
+            self._start_tritons()
+            self._start_gateway(timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start_tritons(self) -> None:
+        for pool_id in self.pool_ids:
+            repository = fill_repository(self.config, pool_id)
+            self.tritons[pool_id] = TritonServer(
+                repository, self.config.pools[pool_id].ports, var_dir=self.config.var_path, name=pool_id
+            )
+        # Servers load their models independently: start them side by side.
+        with ThreadPoolExecutor(max_workers=max(1, len(self.tritons))) as pool:
+            for future in [pool.submit(server.start) for server in self.tritons.values()]:
+                future.result()
+
+    def _start_gateway(self, timeout_s: float) -> None:
+        config_path = dump_config(self.config, self.config.var_path / "run" / "switchyard.yaml")
+        env = dict(os.environ)
+        env.update(
+            SWITCHYARD_CONFIG=str(config_path),
+            SWITCHYARD_HOST=self.config.gateway.host,
+            SWITCHYARD_PORT=str(self.gateway_port),
+            PYTHONUNBUFFERED="1",
+        )
+        self.gateway = ManagedProcess(
+            "gateway",
+            [sys.executable, "-m", "gateway"],
+            self.config.var_path / "logs" / "gateway.log",
+            env=env,
+        )
+        self.gateway.start()
+        gateway = self.gateway
+        if not wait_until(lambda: self._gateway_ready() or not gateway.alive(), timeout_s):
+            raise RuntimeError(f"gateway not ready on {self.gateway_url}:\n{gateway.log_tail()}")
+        if not gateway.alive():
+            raise RuntimeError(f"gateway exited:\n{gateway.log_tail()}")
+
+    def _gateway_ready(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.gateway_url}/readyz", timeout=2) as response:
+                return bool(response.status == 200)
+        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+            return False
+
+    def dead_processes(self) -> list[str]:
+        """Names of processes that have exited while the stack should be running."""
+        dead = [f"triton {pid}" for pid, server in self.tritons.items() if server.poll() is not None]
+        if self.gateway is not None and not self.gateway.alive():
+            dead.append("gateway")
+        return dead
+
+    def stop(self) -> None:
+        if self.gateway is not None:
+            self.gateway.stop()
+            self.gateway = None
+        for server in self.tritons.values():
+            server.stop()
+        self.tritons.clear()
+        if self.redis is not None:
+            self.redis.stop()
+
+    def __enter__(self) -> Stack:
+        self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
+def ready_message(stack: Stack, model_id: str) -> str:
+    url = stack.gateway_url
+    return (
+        f"\nSwitchyard is up: gateway {url}, pools {', '.join(stack.pool_ids)}, logs in "
+        f"{stack.config.var_path / 'logs'}\n\n"
+        f"  curl -N {url}/v1/generate -H 'Content-Type: application/json' \\\n"
+        f'    -d \'{{"model": "{model_id}", "prompt": "Hello there", "max_tokens": 32, '
+        f'"stream": true}}\'\n\nCtrl-C stops everything.\n'
+    )
+
+
+def run_stack(config: SwitchyardConfig, gateway_port: int | None = None) -> int:
+    """`switchyard up`: run until SIGINT/SIGTERM or until a process dies; returns an exit code."""
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    stack = Stack(config, gateway_port=gateway_port)
+    try:
+        print(f"starting redis, triton ({', '.join(stack.pool_ids)}) and the gateway ...", flush=True)
+        stack.start()
+        print(ready_message(stack, config.pools[stack.pool_ids[0]].model_id), flush=True)
+        while not stop.wait(1.0):
+            dead = stack.dead_processes()
+            if dead:
+                print(f"stopping: {', '.join(dead)} exited (see {config.var_path / 'logs'})", file=sys.stderr)
+                return 1
+        return 0
+    except RuntimeError as exc:
+        print(f"switchyard up failed: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        print("stopping ...", flush=True)
+        stack.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

@@ -1,0 +1,191 @@
+"""End to end: a real gateway process in front of the real Triton server of `triton_pool`.
+
+What a team sees: streamed and whole replies, cancellation by DELETE and by closing the stream
+(the server's KV comes back), clear errors for bad input, models and readiness.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from bench.live import read_kv_metrics
+from switchyard.config import dump_config
+from switchyard.process import ManagedProcess, wait_until
+
+pytestmark = pytest.mark.integration
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def gateway_url(triton_pool) -> Iterator[str]:  # type: ignore[no-untyped-def]
+    config = triton_pool.config
+    port = _free_port()
+    config_path = dump_config(config, config.var_path / "run" / "switchyard.yaml")
+    env = {**os.environ, "SWITCHYARD_CONFIG": str(config_path), "SWITCHYARD_PORT": str(port)}
+    process = ManagedProcess("gateway", [sys.executable, "-m", "gateway"], config.var_path / "logs" / "gw.log", env=env)
+    url = f"http://127.0.0.1:{port}"
+
+    def ready() -> bool:
+        try:
+            return httpx.get(f"{url}/readyz", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    with process:
+        assert wait_until(lambda: ready() or not process.alive(), 60), process.log_tail()
+        assert process.alive(), process.log_tail()
+        yield url
+
+
+def _sse_events(response: httpx.Response) -> Iterator[tuple[str, object]]:
+    event = "message"
+    for line in response.iter_lines():
+        if line.startswith("event:"):
+            event = line[6:].strip()
+        elif line.startswith("data:"):
+            data = line[5:].strip()
+            yield event, (data if data == "[DONE]" else json.loads(data))
+            event = "message"
+
+
+def _kv_used(metrics_url: str) -> float:
+    return read_kv_metrics(metrics_url)["nv_trt_llm_kv_cache_block_metrics.used"]
+
+
+def test_stream_and_whole_reply_agree(gateway_url: str, triton_pool) -> None:  # type: ignore[no-untyped-def]
+    body = {
+        "model": triton_pool.model_id,
+        "prompt": "The quick brown fox",
+        "max_tokens": 24,
+        "ignore_eos": True,
+    }
+    whole = httpx.post(f"{gateway_url}/v1/generate", json=body, timeout=60)
+    assert whole.status_code == 200, whole.text
+    reply = whole.json()
+    assert reply["usage"]["completion_tokens"] == 24
+    assert reply["stop_reason"] == "length"
+
+    deltas: list[str] = []
+    final: dict[str, object] = {}
+    with httpx.stream("POST", f"{gateway_url}/v1/generate", json={**body, "stream": True}, timeout=60) as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        events = list(_sse_events(response))
+    assert events[-1] == ("message", "[DONE]")
+    for event, payload in events[:-1]:
+        assert event == "message" and isinstance(payload, dict)
+        if payload.get("stop_reason") is not None:
+            final = payload
+        else:
+            deltas.append(str(payload["text"]))
+    # Greedy: the stream concatenates to exactly the whole reply.
+    assert "".join(deltas) == reply["text"]
+    assert final["usage"] == reply["usage"]
+
+
+def test_delete_cancels_and_frees_kv(gateway_url: str, triton_pool) -> None:  # type: ignore[no-untyped-def]
+    body = {
+        "model": triton_pool.model_id,
+        "prompt": "cancel me " * 20,
+        "max_tokens": 4000,
+        "ignore_eos": True,
+        "stream": True,
+        "request_id": "e2e-cancel-1",
+    }
+    with httpx.stream("POST", f"{gateway_url}/v1/generate", json=body, timeout=60) as response:
+        events = _sse_events(response)
+        next(events)  # the first delta: it is running and holds KV
+        assert _kv_used(triton_pool.metrics_url) > 0
+        cancelled = httpx.delete(f"{gateway_url}/v1/generate/e2e-cancel-1", timeout=10)
+        assert cancelled.status_code == 200, cancelled.text
+        assert cancelled.json()["status"] == "cancelled"
+        assert cancelled.json()["usage"]["completion_tokens"] >= 1
+        rest = list(events)
+    finals = [p for _, p in rest if isinstance(p, dict) and p.get("stop_reason")]
+    assert finals and finals[-1]["stop_reason"] == "cancelled"
+    assert wait_until(lambda: _kv_used(triton_pool.metrics_url) == 0, 10)
+    assert httpx.delete(f"{gateway_url}/v1/generate/e2e-cancel-1", timeout=10).status_code == 404
+
+
+def test_closed_stream_cancels_on_the_server(gateway_url: str, triton_pool) -> None:  # type: ignore[no-untyped-def]
+    body = {
+        "model": triton_pool.model_id,
+        "prompt": "walk away " * 20,
+        "max_tokens": 4000,
+        "ignore_eos": True,
+        "stream": True,
+    }
+    with httpx.stream("POST", f"{gateway_url}/v1/generate", json=body, timeout=60) as response:
+        next(_sse_events(response))
+        assert _kv_used(triton_pool.metrics_url) > 0
+    # The client went away mid-reply: the engine drops the request and frees its blocks.
+    assert wait_until(lambda: _kv_used(triton_pool.metrics_url) == 0, 15)
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "needle"),
+    [
+        ({"prompt": "hi", "max_tokens": 5}, 400, "model"),
+        ({"model": "tiny", "prompt": "hi"}, 400, "max_tokens"),
+        ({"model": "tiny", "prompt": "hi", "max_tokens": 0}, 400, "max_tokens"),
+        ({"model": "tiny", "prompt": "", "max_tokens": 5}, 400, "prompt"),
+        ({"model": "tiny", "prompt": "hi", "max_tokens": "5"}, 400, "max_tokens"),
+        ({"model": "nope", "prompt": "hi", "max_tokens": 5}, 404, "nope"),
+        ({"model": "tiny", "prompt": "hi", "max_tokens": 9000}, 400, "8192"),
+    ],
+)
+def test_bad_input_gets_a_clear_error(gateway_url: str, body: dict[str, object], status: int, needle: str) -> None:
+    response = httpx.post(f"{gateway_url}/v1/generate", json=body, timeout=10)
+    assert response.status_code == status, response.text
+    assert needle in response.json()["error"]["message"]
+
+
+def test_models_health_and_readiness(gateway_url: str, triton_pool) -> None:  # type: ignore[no-untyped-def]
+    models = httpx.get(f"{gateway_url}/v1/models", timeout=10).json()
+    assert [m["id"] for m in models["data"]] == [triton_pool.model_id]
+    assert httpx.get(f"{gateway_url}/healthz", timeout=10).status_code == 200
+    assert httpx.get(f"{gateway_url}/readyz", timeout=10).json()["status"] == "ready"
+    metrics = httpx.get(f"{gateway_url}/metrics", timeout=10).text
+    assert "switchyard" in metrics
+
+
+def test_short_reply_is_not_stuck_behind_long_ones(gateway_url: str, triton_pool) -> None:  # type: ignore[no-untyped-def]
+    """S1 in small: a 10-token reply finishes while long replies keep decoding."""
+    long_body = {
+        "model": triton_pool.model_id,
+        "prompt": "a long report",
+        "max_tokens": 4000,
+        "ignore_eos": True,
+        "stream": True,
+    }
+    with httpx.Client(timeout=60) as client:
+        streams = [client.stream("POST", f"{gateway_url}/v1/generate", json=long_body) for _ in range(4)]
+        responses = [s.__enter__() for s in streams]
+        try:
+            for r in responses:
+                next(_sse_events(r))
+            started = time.perf_counter()
+            short = client.post(
+                f"{gateway_url}/v1/generate",
+                json={"model": triton_pool.model_id, "prompt": "quick", "max_tokens": 10, "ignore_eos": True},
+            )
+            elapsed = time.perf_counter() - started
+        finally:
+            for s in streams:
+                s.__exit__(None, None, None)
+    assert short.status_code == 200
+    assert short.json()["usage"]["completion_tokens"] == 10
+    assert elapsed < 10  # the long replies need minutes: static batching would wait for them
