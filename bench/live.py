@@ -4,9 +4,9 @@ length in tokens."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
-import socket
 import threading
 import time
 import urllib.request
@@ -17,13 +17,8 @@ import httpx
 from tokenizers import Tokenizer
 
 from switchyard.config import EngineSpec, PoolSpec, Ports, SwitchyardConfig
+from switchyard.ports import free_ports
 from switchyard.stack import Stack
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def bench_config(base: SwitchyardConfig, pools: dict[str, tuple[str, EngineSpec]]) -> SwitchyardConfig:
@@ -37,9 +32,10 @@ def bench_config(base: SwitchyardConfig, pools: dict[str, tuple[str, EngineSpec]
         models[pool_id] = base.models[model_id].model_copy(
             update={"weights_uri": str(base.model_dir(model_id).resolve()), "architecture": None}
         )
-        ports = Ports(http=free_port(), grpc=free_port(), metrics=free_port())
+        http, grpc, metrics = free_ports(3)
+        ports = Ports(http=http, grpc=grpc, metrics=metrics)
         bench_pools[pool_id] = PoolSpec(model_id=pool_id, target_copies=1, engine=engine, ports=ports)
-    gateway = base.gateway.model_copy(update={"port": free_port()})
+    gateway = base.gateway.model_copy(update={"port": free_ports(1)[0]})
     return base.model_copy(update={"models": models, "pools": bench_pools, "gateway": gateway})
 
 
@@ -80,9 +76,14 @@ class StreamTrace:
         return [b - a for a, b in itertools.pairwise(times) if since <= b <= until]
 
 
-async def stream_generate(client: httpx.AsyncClient, url: str, body: dict[str, object]) -> StreamTrace:
-    """POST /v1/generate with stream=true and record every SSE delta's arrival time."""
-    trace = StreamTrace(started=time.perf_counter())
+async def stream_generate(
+    client: httpx.AsyncClient, url: str, body: dict[str, object], trace: StreamTrace | None = None
+) -> StreamTrace:
+    """POST /v1/generate with stream=true and record every SSE delta's arrival time.
+
+    Pass your own `trace` when the task may be cancelled: it keeps what arrived until then."""
+    trace = trace or StreamTrace(started=0.0)
+    trace.started = time.perf_counter()
     async with client.stream("POST", f"{url}/v1/generate", json={**body, "stream": True}) as response:
         if response.status_code != 200:
             trace.error = f"HTTP {response.status_code}: {(await response.aread()).decode()}"
@@ -111,6 +112,22 @@ async def stream_generate(client: httpx.AsyncClient, url: str, body: dict[str, o
                 trace.usage = payload["usage"]
     trace.finished = time.perf_counter()
     return trace
+
+
+def start_streams(
+    client: httpx.AsyncClient, url: str, bodies: list[dict[str, object]]
+) -> tuple[list[StreamTrace], list[asyncio.Task[StreamTrace]]]:
+    """Open one stream per body in the background; the traces fill as deltas arrive."""
+    traces = [StreamTrace(started=0.0) for _ in bodies]
+    tasks = [asyncio.create_task(stream_generate(client, url, b, t)) for b, t in zip(bodies, traces, strict=True)]
+    return traces, tasks
+
+
+async def stop_streams(tasks: list[asyncio.Task[StreamTrace]]) -> None:
+    """Close background streams (the gateway cancels their requests) and wait for them."""
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def percentile(values: list[float], q: float) -> float:

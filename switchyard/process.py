@@ -4,6 +4,7 @@ Ctrl-C never leaves orphans behind."""
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import signal
@@ -31,6 +32,7 @@ class ManagedProcess:
         self.env = dict(env) if env is not None else None
         self.cwd = cwd
         self._popen: subprocess.Popen[bytes] | None = None
+        self._log_offset = 0
 
     @property
     def pid(self) -> int | None:
@@ -41,6 +43,9 @@ class ManagedProcess:
             raise RuntimeError(f"{self.name} already started")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("ab") as log:
+            self._log_offset = log.tell()
+            log.write(f"=== switchyard: starting {self.name} at {time.ctime()} ===\n".encode())
+            log.flush()
             self._popen = subprocess.Popen(
                 self.argv,
                 stdout=log,
@@ -50,6 +55,9 @@ class ManagedProcess:
                 cwd=self.cwd,
                 start_new_session=True,  # own process group: stop() reaches its children
             )
+        # A parent that exits without stop() (an exception in a script) must not leave the
+        # child behind holding its ports. A SIGKILLed parent still can.
+        atexit.register(self.stop)
 
     def alive(self) -> bool:
         return self._popen is not None and self._popen.poll() is None
@@ -57,29 +65,38 @@ class ManagedProcess:
     def returncode(self) -> int | None:
         return self._popen.poll() if self._popen else None
 
-    def log_tail(self, max_bytes: int = 4000) -> str:
-        """The end of the process's log, for error messages that say what went wrong."""
+    def log_text(self) -> str:
+        """Everything this run of the process has logged (earlier runs' lines excluded)."""
         try:
-            data = self.log_path.read_bytes()
-        except FileNotFoundError:
-            return ""
-        return data[-max_bytes:].decode("utf-8", errors="replace")
+            with self.log_path.open("rb") as log:
+                log.seek(self._log_offset)
+                return log.read().decode("utf-8", errors="replace")
+        except OSError as exc:
+            return f"(no log at {self.log_path}: {exc})"
 
-    def stop(self, timeout_s: float = 15.0) -> None:
-        """SIGTERM the whole group, wait up to `timeout_s`, then SIGKILL what is left."""
-        if self._popen is None:
-            return
-        pgid = self._popen.pid
-        if self._popen.poll() is None:
+    def log_tail(self, max_chars: int = 4000) -> str:
+        """The end of this run's log, for error messages that say what went wrong."""
+        return f"--- {self.log_path} (tail) ---\n{self.log_text()[-max_chars:]}"
+
+    def stop(self, timeout_s: float = 15.0) -> int | None:
+        """SIGTERM the whole group, wait up to `timeout_s`, then SIGKILL what is left.
+
+        Returns the exit code, or None if the process was not running."""
+        popen, self._popen = self._popen, None
+        if popen is None:
+            return None
+        atexit.unregister(self.stop)
+        pgid = popen.pid  # start_new_session: the child leads its own group
+        if popen.poll() is None:
             _signal_group(pgid, signal.SIGTERM)
             try:
-                self._popen.wait(timeout=timeout_s)
+                popen.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
                 _signal_group(pgid, signal.SIGKILL)
-                self._popen.wait(timeout=5)
+                popen.wait(timeout=5)
         # Children that outlived their parent (a stub whose server died) still share the group.
         _signal_group(pgid, signal.SIGKILL)
-        self._popen = None
+        return popen.returncode
 
     def __enter__(self) -> ManagedProcess:
         self.start()

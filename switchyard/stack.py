@@ -10,18 +10,18 @@ the end-to-end tests use the same `Stack` so they measure what `make up` runs.
 from __future__ import annotations
 
 import os
-import signal
 import sys
 import threading
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
-from types import FrameType, TracebackType
+from types import TracebackType
 
 from build_engines.repository import fill_repository
 from switchyard.config import SwitchyardConfig, dump_config
 from switchyard.process import ManagedProcess, wait_until
 from switchyard.redis_server import RedisServer
+from switchyard.signals import stop_on_signals
 from switchyard.triton_server import TritonServer
 
 
@@ -145,13 +145,13 @@ def ready_message(stack: Stack, model_id: str) -> str:
 
 def run_stack(config: SwitchyardConfig, gateway_port: int | None = None) -> int:
     """`switchyard up`: run until SIGINT/SIGTERM or until a process dies; returns an exit code."""
-    stop = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
     stack = Stack(config, gateway_port=gateway_port)
+    with stop_on_signals() as stop:
+        return _serve_until_stopped(stack, stop)
+
+
+def _serve_until_stopped(stack: Stack, stop: threading.Event) -> int:
+    config = stack.config
     try:
         print(f"starting redis, triton ({', '.join(stack.pool_ids)}) and the gateway ...", flush=True)
         stack.start()
@@ -168,5 +168,3 @@ def run_stack(config: SwitchyardConfig, gateway_port: int | None = None) -> int:
     finally:
         print("stopping ...", flush=True)
         stack.stop()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)

@@ -14,23 +14,19 @@ processes; nothing is left orphaned. Its output goes to `var/logs/triton-<name>.
 
 from __future__ import annotations
 
-import atexit
-import contextlib
-import os
 import re
-import signal
 import socket
-import subprocess
 import sys
-import threading
 import time
 import urllib.error
 import urllib.request
 import uuid
 from pathlib import Path
-from types import FrameType, TracebackType
+from types import TracebackType
 
 from switchyard.config import Ports, SwitchyardConfig
+from switchyard.process import ManagedProcess
+from switchyard.signals import stop_on_signals
 from switchyard.triton_install import TritonInstall, prepare_backend_dir, server_env
 
 _GLOG_ERROR = re.compile(r"^E\d{4} ")
@@ -70,8 +66,7 @@ class TritonServer:
         self._startup_timeout_s = startup_timeout_s
         self._exit_timeout_s = exit_timeout_s
         self._extra_args = extra_args
-        self._process: subprocess.Popen[bytes] | None = None
-        self._log_offset = 0
+        self._process: ManagedProcess | None = None
 
     @property
     def http_url(self) -> str:
@@ -116,30 +111,21 @@ class TritonServer:
 
     def start(self) -> None:
         """Launch the server and wait until it is ready; TritonStartError otherwise."""
-        if self._process is not None:
+        if self._process is not None and self._process.alive():
             raise RuntimeError(f"triton server {self.name!r} already started")
         if not (self.repository / "llm" / "config.pbtxt").is_file():
             raise TritonStartError(f"{self.repository} is not a filled model repository (run switchyard build)")
         self._check_ports_free()
         install = TritonInstall.find()
         backend_dir = prepare_backend_dir(self.var_dir, install)
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with self.log_path.open("ab") as log:
-            self._log_offset = log.tell()
-            log.write(f"=== switchyard: starting triton {self.name!r} at {time.ctime()} ===\n".encode())
-            log.flush()
-            self._process = subprocess.Popen(
-                self.command(backend_dir, install),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=server_env(install),
-                cwd=self.var_dir,
-                start_new_session=True,  # its own process group: stop() reaches the stubs too
-            )
-        # A parent that exits without stop() (an exception in a script) must not leave a
-        # server behind holding the ports. (A SIGKILLed parent still can: see run_triton.)
-        atexit.register(self.stop)
+        self._process = ManagedProcess(
+            f"triton {self.name}",
+            self.command(backend_dir, install),
+            self.log_path,
+            env=server_env(install),
+            cwd=self.var_dir,
+        )
+        self._process.start()
         try:
             self.wait_ready(self._startup_timeout_s)
         except BaseException:
@@ -179,23 +165,11 @@ class TritonServer:
 
     def poll(self) -> int | None:
         """The exit code once the server has exited; None while it runs (or never started)."""
-        return None if self._process is None else self._process.poll()
+        return None if self._process is None else self._process.returncode()
 
     def stop(self, timeout_s: float = 20.0) -> int | None:
-        """SIGTERM the process group, wait, then SIGKILL whatever is left. Returns the exit code."""
-        process, self._process = self._process, None
-        if process is None:
-            return None
-        atexit.unregister(self.stop)
-        pgid = process.pid  # start_new_session: the server leads its own group
-        _signal_group(pgid, signal.SIGTERM)
-        try:
-            code = process.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            _signal_group(pgid, signal.SIGKILL)
-            code = process.wait()
-        _signal_group(pgid, signal.SIGKILL)  # stubs that outlived the server
-        return code
+        """SIGTERM the process group (server and stubs), wait, then SIGKILL whatever is left."""
+        return None if self._process is None else self._process.stop(timeout_s)
 
     def log_tail(self, max_chars: int = 4000) -> str:
         """This run's error lines, then the end of its log: what an error message needs.
@@ -203,12 +177,9 @@ class TritonServer:
         Triton prints big status tables after a failed load, so the tail alone often misses
         the cause; glog error lines (`E1129 ...`) carry it.
         """
-        try:
-            with self.log_path.open("rb") as log:
-                log.seek(self._log_offset)
-                text = log.read().decode("utf-8", errors="replace")
-        except OSError as exc:
-            return f"(no log at {self.log_path}: {exc})"
+        if self._process is None:
+            return f"(server {self.name!r} never started; log at {self.log_path})"
+        text = self._process.log_text()
         errors = [
             line[:600]
             for line in text.splitlines()
@@ -227,11 +198,6 @@ class TritonServer:
         self.stop()
 
 
-def _signal_group(pgid: int, sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, sig)
-
-
 def run_triton(config: SwitchyardConfig, pool_id: str, ports: Ports | None = None, *, fill: bool = True) -> int:
     """`switchyard triton --pool POOL`: fill the pool's repository, serve until SIGTERM/SIGINT.
 
@@ -244,13 +210,7 @@ def run_triton(config: SwitchyardConfig, pool_id: str, ports: Ports | None = Non
         raise KeyError(f"unknown pool {pool_id!r}; switchyard.yaml has {sorted(config.pools)}")
     repository = fill_repository(config, pool_id) if fill else config.pool_repository(pool_id)
     server = TritonServer(repository, ports or config.pools[pool_id].ports, var_dir=config.var_path, name=pool_id)
-    stop = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
+    with stop_on_signals() as stop:
         try:
             server.start()
         except TritonStartError as exc:
@@ -270,6 +230,3 @@ def run_triton(config: SwitchyardConfig, pool_id: str, ports: Ports | None = Non
             return 0
         finally:
             server.stop()
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)

@@ -10,7 +10,6 @@ integration tests) reuse it:
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +19,7 @@ import pytest
 from build_engines.build import build_model
 from build_engines.repository import fill_repository
 from switchyard.config import Ports, SwitchyardConfig
+from switchyard.ports import free_ports
 from switchyard.triton_server import TritonServer
 
 POOL_ID = "tiny"
@@ -66,17 +66,6 @@ class TritonPool:
     def metrics_url(self) -> str:
         """The full Prometheus URL (ends in /metrics)."""
         return self.server.metrics_url
-
-
-def free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
 
 
 def tiny_pool_config(root: Path) -> SwitchyardConfig:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import sys
 import time
 from collections.abc import Iterator
@@ -18,21 +17,16 @@ import pytest
 
 from bench.live import read_kv_metrics
 from switchyard.config import dump_config
+from switchyard.ports import free_ports
 from switchyard.process import ManagedProcess, wait_until
 
 pytestmark = pytest.mark.integration
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def gateway_url(triton_pool) -> Iterator[str]:  # type: ignore[no-untyped-def]
     config = triton_pool.config
-    port = _free_port()
+    (port,) = free_ports(1)
     config_path = dump_config(config, config.var_path / "run" / "switchyard.yaml")
     env = {**os.environ, "SWITCHYARD_CONFIG": str(config_path), "SWITCHYARD_PORT": str(port)}
     process = ManagedProcess("gateway", [sys.executable, "-m", "gateway"], config.var_path / "logs" / "gw.log", env=env)

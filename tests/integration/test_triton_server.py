@@ -13,6 +13,7 @@ import pytest
 
 from build_engines.repository import fill_repository
 from switchyard.config import SwitchyardConfig
+from switchyard.ports import free_ports
 from switchyard.triton_server import TritonServer, TritonStartError
 
 pytestmark = pytest.mark.integration
@@ -57,11 +58,6 @@ def test_a_model_that_fails_to_load_fails_start_with_the_log(tmp_path: Path) -> 
 
 def test_run_triton_serves_until_sigterm_and_leaves_no_process(triton_pool, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     # A second server for the already built model, on fresh ports, through run_triton.
-    sys.path.insert(0, str(Path(__file__).parent))
-    try:
-        from conftest import free_ports  # type: ignore[import-not-found]
-    finally:
-        sys.path.pop(0)
     http, grpc, metrics = free_ports(3)
     script = (
         "import sys\n"
