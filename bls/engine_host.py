@@ -5,6 +5,8 @@
     sender thread ◀──────── wake ───────────┘
        for each active request:   is_cancelled()? ──▶ EngineLoop.cancel(id)
                                   stream.drain()  ──▶ one response (merged deltas), FINAL at the end
+                                  (not sooner than stream_interval_s after its previous one,
+                                   except the first token and the end)
        first, every pass:         EngineLoop.stats() ──▶ publisher (only changed gauges)
 
 One sender thread serves every request: `drain()` merges whatever the engine wrote since the
@@ -42,6 +44,9 @@ _EARLY_CANCEL_TTL_S = 5.0  # a cancel overtakes its request by milliseconds, nev
 class RequestStreamLike(Protocol):
     def drain(self) -> RequestOutput | None: ...
 
+    @property
+    def finished(self) -> bool: ...
+
 
 class EngineLoopLike(Protocol):
     """What the host needs from `engine.engine_loop.EngineLoop`."""
@@ -63,6 +68,7 @@ class _Active:
     stream: RequestStreamLike
     sink: ResponseSink
     cancel_sent: bool = False
+    last_sent_at: float | None = None  # None until the first response went out
 
 
 class EngineHost:
@@ -73,12 +79,15 @@ class EngineHost:
         loop: EngineLoopLike,
         publisher: MetricsPublisher | None = None,
         *,
-        cancel_poll_s: float = 0.05,
+        cancel_poll_s: float = 0.2,
+        stream_interval_s: float = 0.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._loop = loop
         self._publisher = publisher
         self._cancel_poll_s = cancel_poll_s
+        self._stream_interval_s = stream_interval_s
+        self._next_send_due: float | None = None  # earliest held-back response, for the sender's sleep
         self._clock = clock
         self._lock = threading.Lock()
         self._active: dict[str, _Active] = {}
@@ -180,20 +189,37 @@ class EngineHost:
             self._next_cancel_poll_at = now + self._cancel_poll_s
         with self._lock:
             entries = list(self._active.values())
+        next_due: float | None = None
         for entry in entries:
             if poll_cancels and not entry.cancel_sent and entry.sink.is_cancelled():
                 entry.cancel_sent = True
                 self._loop.cancel(entry.request.request_id)
+            due = self._send_due(entry)
+            if due > now and not entry.stream.finished:
+                next_due = due if next_due is None else min(next_due, due)
+                continue  # hold it back: the deltas keep merging in the stream
             output = entry.stream.drain()
             if output is None:
                 continue
             if output.finished:
                 self._forget(entry.request.request_id)
+            if output.new_token_ids:
+                entry.last_sent_at = now
             self._send(entry, output)
+        self._next_send_due = next_due
+
+    def _send_due(self, entry: _Active) -> float:
+        """When this request's next non-final response may go out."""
+        if entry.last_sent_at is None:
+            return float("-inf")  # the first token goes out at once
+        return entry.last_sent_at + self._stream_interval_s
 
     def _run(self) -> None:
         while not self._stopping.is_set():
-            self._wake.wait(self._cancel_poll_s)
+            timeout = self._cancel_poll_s
+            if self._next_send_due is not None:
+                timeout = max(0.0, min(timeout, self._next_send_due - self._clock()))
+            self._wake.wait(timeout)
             self._wake.clear()
             try:
                 self.pump()

@@ -113,7 +113,7 @@ class _FinalOnce:
 class LlmPipeline:
     """Runs `llm` requests over injected stages."""
 
-    def __init__(self, stages: LlmStages, *, cancel_poll_s: float = 0.1) -> None:
+    def __init__(self, stages: LlmStages, *, cancel_poll_s: float = 0.25) -> None:
         self._stages = stages
         self._cancel_poll_s = cancel_poll_s
 

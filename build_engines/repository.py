@@ -70,6 +70,8 @@ def repository_values(
         "max_step_cost": repr(float(engine.max_step_cost)),
         "enable_chunked_prefill": "true" if engine.enable_chunked_prefill else "false",
         "enable_prefix_caching": "true" if engine.enable_prefix_caching else "false",
+        "stream_interval_ms": str(pool.stream_interval_ms),
+        "postprocess_in_process": "true" if pool.postprocess_in_process else "false",
         "max_streams": str(DEFAULT_MAX_STREAMS),
         "preprocessing_instances": str(DEFAULT_PREPROCESSING_INSTANCES),
         "postprocessing_instances": str(DEFAULT_POSTPROCESSING_INSTANCES),

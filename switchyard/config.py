@@ -77,6 +77,14 @@ class PoolSpec(_Strict):
     target_copies: Annotated[int, Field(ge=0)] = 1
     engine: EngineSpec = EngineSpec()
     ports: Ports
+    # The shortest time between two streamed responses of one reply (the first token and the
+    # last are never held back). Deltas of the steps in between are merged into one response:
+    # at 25 responses a second a stream reads as steady, and on a CPU host the per-response
+    # cost of the Triton path stops competing with the engine for cores. 0 sends every step.
+    stream_interval_ms: Annotated[int, Field(ge=0, le=1000)] = 40
+    # `llm` detokenizes in its own process (the same code as the `postprocessing` model)
+    # instead of a BLS call per streamed response.
+    postprocess_in_process: bool = True
 
 
 class GatewaySpec(_Strict):

@@ -115,6 +115,31 @@ def test_steps_are_coalesced_into_one_response_and_final_ends_the_request() -> N
     assert host.active_request_ids == []
 
 
+def test_stream_interval_holds_back_middle_deltas_but_never_the_first_or_the_last() -> None:
+    loop, clock = FakeLoop(), Clock()
+    host = EngineHost(loop, None, stream_interval_s=0.04, clock=clock)
+    sink = Sink()
+    host.handle("r1", request_inputs(max_tokens=5), sink)
+    stream = loop.streams["r1"]
+    stream.push(out("r1", (5,), done=1))
+    host.pump()  # t=0: the first token goes out at once
+    clock.now = 0.01
+    stream.push(out("r1", (6,), done=2))
+    host.pump()
+    clock.now = 0.03
+    stream.push(out("r1", (7,), done=3))
+    host.pump()  # still inside the interval: held back, merging
+    assert sink.tokens() == [[5]]
+    clock.now = 0.045
+    host.pump()
+    assert sink.tokens() == [[5], [6, 7]]
+    clock.now = 0.05
+    stream.push(out("r1", (8,), FinishReason.LENGTH, done=4))
+    host.pump()  # the end is never held back
+    assert sink.tokens() == [[5], [6, 7], [8]]
+    assert sink.sent[-1][1] is True
+
+
 def test_client_cancellation_is_polled_and_forwarded_once() -> None:
     host, loop, clock, _ = make_host()
     sink = Sink()

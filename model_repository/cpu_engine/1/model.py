@@ -6,7 +6,13 @@ import triton_python_backend_utils as pb_utils
 
 from bls.engine_host import EngineHost
 from bls.metrics import TritonEngineMetrics
-from bls.model_config import engine_config_from_parameters, model_parameters, param_path, require_decoupled
+from bls.model_config import (
+    engine_config_from_parameters,
+    model_parameters,
+    param_int,
+    param_path,
+    require_decoupled,
+)
 from bls.triton_bindings import PbResponseSink, PbTensorSource
 from engine.engine_loop import EngineLoop
 from engine.llm_engine import LLMEngine
@@ -21,7 +27,9 @@ class TritonPythonModel:
         metrics = TritonEngineMetrics(
             pb_utils.MetricFamily, {"model": args["model_name"], "version": args["model_version"]}
         )
-        self._host = EngineHost(EngineLoop(engine), metrics)
+        self._host = EngineHost(
+            EngineLoop(engine), metrics, stream_interval_s=param_int(params, "stream_interval_ms") / 1000
+        )
         self._host.start()
 
     def execute(self, requests):

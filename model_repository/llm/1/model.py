@@ -7,7 +7,16 @@ from concurrent.futures import ThreadPoolExecutor
 import triton_python_backend_utils as pb_utils
 
 from bls.llm_pipeline import LlmPipeline
-from bls.model_config import model_parameters, param_int, param_str, require_decoupled
+from bls.model_config import (
+    model_parameters,
+    param_bool,
+    param_int,
+    param_path,
+    param_str,
+    require_decoupled,
+)
+from bls.postprocessing import Postprocessor
+from bls.tokenizer import PromptTokenizer
 from bls.triton_bindings import PbResponseSink, PbTensorSource, RequestIds
 from bls.triton_stages import TritonStages
 
@@ -19,7 +28,12 @@ class TritonPythonModel:
         params = model_parameters(config)
         # One worker thread per reply waiting on the engine (see bls/triton_stages.py).
         self._executor = ThreadPoolExecutor(max_workers=param_int(params, "max_streams"), thread_name_prefix="llm")
-        stages = TritonStages(pb_utils, param_str(params, "engine_model_name"), self._executor)
+        postprocessor = None
+        if param_bool(params, "postprocess_in_process"):
+            postprocessor = Postprocessor(PromptTokenizer.from_model_dir(param_path(params, "model_dir")))
+        stages = TritonStages(
+            pb_utils, param_str(params, "engine_model_name"), self._executor, postprocessor=postprocessor
+        )
         self._pipeline = LlmPipeline(stages)
         self._ids = RequestIds("llm")
 
