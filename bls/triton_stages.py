@@ -31,6 +31,7 @@ from bls.engine_tensors import (
 )
 from bls.llm_pipeline import StageError
 from bls.postprocessing import (
+    Postprocessor,
     PostprocessResult,
     PostprocessState,
     parse_postprocess_outputs,
@@ -65,12 +66,16 @@ class TritonStages:
         *,
         preprocessing_model: str = "preprocessing",
         postprocessing_model: str = "postprocessing",
+        postprocessor: Postprocessor | None = None,
     ) -> None:
+        """With `postprocessor`, detokenization runs in this process instead of a BLS call to
+        the postprocessing model: same code, one Triton round trip less per response."""
         self._pb = pb_utils
         self._engine_model = engine_model
         self._executor = executor
         self._preprocessing_model = preprocessing_model
         self._postprocessing_model = postprocessing_model
+        self._postprocessor = postprocessor
 
     def _request(self, model: str, inputs: Outputs, outputs: Sequence[str], request_id: str = "") -> Any:
         return self._pb.InferenceRequest(
@@ -98,6 +103,8 @@ class TritonStages:
     async def postprocess(
         self, token_ids: Sequence[int], state: PostprocessState, stops: Sequence[str], *, is_final: bool
     ) -> PostprocessResult:
+        if self._postprocessor is not None:
+            return self._postprocessor.step(token_ids, state, stops, is_final=is_final)
         inputs = postprocess_inputs(token_ids, state, stops, is_final=is_final)
         src = await self._call(self._postprocessing_model, inputs, POSTPROCESS_OUTPUTS)
         return parse_postprocess_outputs(src)
