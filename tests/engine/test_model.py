@@ -12,7 +12,7 @@ import pytest
 from build_engines.checkpoint import llama_config_dict, random_llama_tensors
 from engine.config import ModelConfig
 from engine.forward_batch import Model, SequenceChunk
-from engine.model import NumpyLlama, paged_attention
+from engine.model import NumpyLlama, batched_decode_attention, decode_groups, paged_attention
 from engine.weights import F32, llama_weights_from_tensors
 
 BLOCK_SIZE = 4
@@ -193,3 +193,34 @@ def test_properties_and_cache_shape() -> None:
     assert (model.vocab_size, model.eos_token_id, model.config) == (97, 2, config)
     assert model.k_cache[0].shape == (NUM_BLOCKS, BLOCK_SIZE, 2, 8)
     assert len(model.v_cache) == config.num_hidden_layers
+
+
+def test_batched_decode_attention_equals_one_sequence_at_a_time() -> None:
+    rng = np.random.default_rng(3)
+    heads, kv_heads, head_dim, block_size, num_blocks = 4, 2, 8, 4, 64
+    k_cache = rng.standard_normal((num_blocks, block_size, kv_heads, head_dim)).astype(np.float32)
+    v_cache = rng.standard_normal((num_blocks, block_size, kv_heads, head_dim)).astype(np.float32)
+    starts = [1, 7, 20, 5, 13]  # each sequence decodes the token at this position
+    free = list(rng.permutation(num_blocks))
+    tables = [tuple(int(free.pop()) for _ in range(-(-(s + 1) // block_size))) for s in starts]
+    q = rng.standard_normal((len(starts), heads, head_dim)).astype(np.float32)
+    k = rng.standard_normal((len(starts), kv_heads, head_dim)).astype(np.float32)
+    v = rng.standard_normal((len(starts), kv_heads, head_dim)).astype(np.float32)
+
+    kb, vb = k_cache.copy(), v_cache.copy()
+    batched = batched_decode_attention(q, k, v, kb, vb, tables, starts)
+    one_by_one = np.stack([
+        paged_attention(q[i : i + 1], k[i : i + 1], v[i : i + 1], k_cache, v_cache, tables[i], starts[i])[0]
+        for i in range(len(starts))
+    ])  # fmt: skip
+    np.testing.assert_allclose(batched, one_by_one, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(kb, k_cache)  # both wrote the new K/V to the same slots
+    np.testing.assert_array_equal(vb, v_cache)
+
+
+def test_decode_groups_bound_padding() -> None:
+    # Sorted longest first; a group grows while padded work <= 1.25x real work.
+    assert decode_groups([300, 310, 30_000, 290, 305]) == [[2], [1, 4, 0, 3]]
+    assert decode_groups([100]) == [[0]]
+    assert decode_groups([]) == []
+    assert decode_groups([1000, 10, 10]) == [[0], [1, 2]]
