@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown benchmark(s): {', '.join(sorted(unknown))}")
     for name in names:
         if name in OFFLINE:
-            OFFLINE[name]()
+            OFFLINE[name]([])
     live = [n for n in names if n in LIVE]
     if live:
         run_live(live)

@@ -48,12 +48,12 @@ def time_prefill(model: NumpyLlama, num_tokens: int, chunk_size: int, seed: int)
     return sum(chunk_seconds), chunk_seconds
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--tokens", type=int, default=30_000)
     parser.add_argument("--chunk", type=int, default=512)
     parser.add_argument("--models", nargs="+", default=["small", "large"])
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     config = load_config()
     rows: list[dict[str, Any]] = []
     for model_id in args.models:

@@ -13,7 +13,7 @@ import statistics
 import httpx
 
 from bench.common import write_result
-from bench.live import StreamTrace, load_tokenizer, prompt_of, stream_generate
+from bench.live import load_tokenizer, prompt_of, start_streams, stop_streams, stream_generate
 from switchyard.config import SwitchyardConfig
 
 NAME = "s1_short_behind_long"
@@ -40,28 +40,24 @@ async def _scenario(url: str, model: str, config: SwitchyardConfig) -> dict[str,
     short_prompt = prompt_of(tokenizer, 32, seed=1)
     async with httpx.AsyncClient(timeout=None) as client:
         idle = await _short_e2e(client, url, model, short_prompt)
-        longs = [
-            asyncio.create_task(
-                stream_generate(
-                    client,
-                    url,
-                    {
-                        "model": model,
-                        "prompt": prompt_of(tokenizer, 64, seed=100 + i),
-                        "max_tokens": LONG_TOKENS,
-                        "ignore_eos": True,
-                    },
-                )
-            )
-            for i in range(LONG_REPLIES)
-        ]
+        traces, longs = start_streams(
+            client,
+            url,
+            [
+                {
+                    "model": model,
+                    "prompt": prompt_of(tokenizer, 64, seed=100 + i),
+                    "max_tokens": LONG_TOKENS,
+                    "ignore_eos": True,
+                }
+                for i in range(LONG_REPLIES)
+            ],
+        )
         await asyncio.sleep(2.0)  # the long replies are all decoding by now
         loaded = await _short_e2e(client, url, model, short_prompt)
         still_running = sum(not task.done() for task in longs)
-        for task in longs:
-            task.cancel()
-        traces: list[StreamTrace | BaseException] = await asyncio.gather(*longs, return_exceptions=True)
-    long_tokens = [t.completion_tokens for t in traces if isinstance(t, StreamTrace)]
+        await stop_streams(longs)
+    long_tokens = [t.completion_tokens for t in traces]
     ratio = statistics.median(loaded) / statistics.median(idle)
     return {
         "rows": [

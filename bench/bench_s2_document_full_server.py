@@ -22,6 +22,8 @@ from bench.live import (
     percentile,
     prompt_of,
     read_kv_metrics,
+    start_streams,
+    stop_streams,
     stream_generate,
 )
 from switchyard.config import SwitchyardConfig
@@ -50,21 +52,19 @@ async def _wait_kv_full(metrics_url: str, timeout_s: float) -> float:
 async def _scenario(url: str, model: str, metrics_url: str, config: SwitchyardConfig) -> dict[str, object]:
     tokenizer = load_tokenizer(config, model)
     async with httpx.AsyncClient(timeout=None) as client:
-        interactive = [
-            asyncio.create_task(
-                stream_generate(
-                    client,
-                    url,
-                    {
-                        "model": model,
-                        "prompt": prompt_of(tokenizer, 100, seed=500 + i),
-                        "max_tokens": 30_000,
-                        "ignore_eos": True,
-                    },
-                )
-            )
-            for i in range(INTERACTIVE_STREAMS)
-        ]
+        inter, interactive = start_streams(
+            client,
+            url,
+            [
+                {
+                    "model": model,
+                    "prompt": prompt_of(tokenizer, 100, seed=500 + i),
+                    "max_tokens": 30_000,
+                    "ignore_eos": True,
+                }
+                for i in range(INTERACTIVE_STREAMS)
+            ],
+        )
         bulk = [
             asyncio.create_task(
                 stream_generate(
@@ -93,9 +93,7 @@ async def _scenario(url: str, model: str, metrics_url: str, config: SwitchyardCo
             },
         )
         bulk_traces = await asyncio.gather(*bulk)
-        for task in interactive:
-            task.cancel()
-        inter = [t for t in await asyncio.gather(*interactive, return_exceptions=True) if isinstance(t, StreamTrace)]
+        await stop_streams(interactive)
     doc_from = doc.started
     doc_until = doc.started + (doc.ttft or 0.0)
     return {

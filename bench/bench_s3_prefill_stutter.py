@@ -9,11 +9,12 @@ Target with chunked prefill: ≤ 3× (unchunked prefill stalls every stream for 
 from __future__ import annotations
 
 import asyncio
+import time
 
 import httpx
 
 from bench.common import write_result
-from bench.live import StreamTrace, load_tokenizer, percentile, prompt_of, stream_generate
+from bench.live import load_tokenizer, percentile, prompt_of, start_streams, stop_streams, stream_generate
 from switchyard.config import SwitchyardConfig
 
 NAME = "s3_prefill_stutter"
@@ -26,35 +27,29 @@ async def _one_server(url: str, model: str, config: SwitchyardConfig) -> dict[st
     tokenizer = load_tokenizer(config, model)
     document = prompt_of(tokenizer, DOCUMENT_TOKENS, seed=7)
     async with httpx.AsyncClient(timeout=None) as client:
-        streams = [
-            asyncio.create_task(
-                stream_generate(
-                    client,
-                    url,
-                    {
-                        "model": model,
-                        "prompt": prompt_of(tokenizer, 200, seed=300 + i),
-                        "max_tokens": 30_000,
-                        "ignore_eos": True,
-                    },
-                )
-            )
-            for i in range(STREAMS)
-        ]
-        loop = asyncio.get_running_loop()
+        traces, streams = start_streams(
+            client,
+            url,
+            [
+                {
+                    "model": model,
+                    "prompt": prompt_of(tokenizer, 200, seed=300 + i),
+                    "max_tokens": 30_000,
+                    "ignore_eos": True,
+                }
+                for i in range(STREAMS)
+            ],
+        )
         await asyncio.sleep(1.5)  # every stream is decoding
-        baseline_from = loop.time()
+        baseline_from = time.perf_counter()
         await asyncio.sleep(BASELINE_WINDOW_S)
         doc = await stream_generate(
             client, url, {"model": model, "prompt": document, "max_tokens": 1, "ignore_eos": True}
         )
         await asyncio.sleep(0.5)
-        for task in streams:
-            task.cancel()
-        traces = [t for t in await asyncio.gather(*streams, return_exceptions=True) if isinstance(t, StreamTrace)]
+        await stop_streams(streams)
     if doc.error or doc.ttft is None:
         raise RuntimeError(f"document request failed: {doc.error}")
-    # perf_counter and the loop's monotonic clock share a base on Linux (CLOCK_MONOTONIC).
     doc_from, doc_until = doc.started, doc.started + doc.ttft
     before = [g for t in traces for g in t.gaps(baseline_from, doc_from)]
     during = [g for t in traces for g in t.gaps(doc_from, doc_until)]
