@@ -165,18 +165,18 @@ def test_concurrent_streams_do_not_disturb_each_other(triton_pool: TritonPool) -
 
 
 def test_stop_string_cuts_the_reply(triton_pool: TritonPool) -> None:
-    full = run(generate(triton_pool, llm_inputs(PROMPT, 60, ignore_eos=True, stream=False)))
+    max_tokens = 2000
+    full = run(generate(triton_pool, llm_inputs(PROMPT, max_tokens, ignore_eos=True, stream=False)))
     # A stop string taken from the middle of the greedy reply: plain ASCII, two characters.
-    start = next(
-        i for i in range(5, len(full.text) - 2) if full.text[i : i + 2].isascii() and full.text[i : i + 2].isprintable()
-    )
+    start = next(i for i in range(5, 200) if full.text[i : i + 2].isascii() and full.text[i : i + 2].isprintable())
     stop = full.text[start : start + 2]
     cut = full.text.index(stop)
-    reply = run(generate(triton_pool, llm_inputs(PROMPT, 60, ignore_eos=True, stop=[stop])))
+    reply = run(generate(triton_pool, llm_inputs(PROMPT, max_tokens, ignore_eos=True, stop=[stop])))
     assert reply.error is None
     assert reply.finish_reason == "stop"
     assert reply.text == full.text[:cut]
-    assert reply.completion_tokens < 60
+    # The engine is stopped behind the cut (a reply far longer than one stream interval).
+    assert reply.completion_tokens < max_tokens
 
 
 def test_resume_continues_the_same_reply(triton_pool: TritonPool) -> None:
@@ -263,3 +263,32 @@ def test_bad_input_is_an_error_not_a_hang(
 ) -> None:
     reply = run(generate(triton_pool, inputs), timeout=15)
     assert reply.error is not None and message in reply.error
+
+
+def test_pre_and_postprocessing_models_serve_power_users_directly(
+    triton_pool: TritonPool, tokenizer: PromptTokenizer
+) -> None:
+    """`llm` detokenizes in process by default; the stage models stay callable on their own
+    and agree with the tokenizer."""
+    import tritonclient.grpc as grpc_sync
+
+    client = grpc_sync.InferenceServerClient(triton_pool.grpc_url)
+    text = "héllo wörld, 中文 tokens"
+    pre = client.infer("preprocessing", [_tensor("text_input", np.array([text.encode()], dtype=np.object_))])
+    ids = pre.as_numpy("input_ids")
+    assert ids is not None and list(ids) == tokenizer.encode_prompt(text)
+
+    completion = np.array(ids[1:], dtype=np.int32)  # as if the engine had written them
+    post = client.infer(
+        "postprocessing",
+        [
+            _tensor("token_ids", completion),
+            _tensor("prefix_offset", np.array([0], dtype=np.int32)),
+            _tensor("read_offset", np.array([0], dtype=np.int32)),
+            _tensor("held_text", np.array([b""], dtype=np.object_)),
+            _tensor("is_final", np.array([True])),
+        ],
+    )
+    out = post.as_numpy("text_output")
+    assert out is not None and out[0].decode() == text
+    client.close()
