@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -166,6 +167,10 @@ class EngineLoop:
                     outputs = self._engine.abort_all()
                 self._stats = self._engine.stats()
                 self._deliver(outputs)
+                # Hand the GIL over between steps: the host's threads (the sender, Triton's
+                # execute taking new requests) would otherwise wait for the interpreter's
+                # 5 ms switch interval while the engine steps back to back.
+                time.sleep(0)
                 if self._stats.scheduled_requests == 0 and self._engine.has_unfinished():
                     with self._cond:
                         self._cond.wait(_BACKOFF_S)
