@@ -5,7 +5,7 @@
     sender thread ◀──────── wake ───────────┘
        for each active request:   is_cancelled()? ──▶ EngineLoop.cancel(id)
                                   stream.drain()  ──▶ one response (merged deltas), FINAL at the end
-                                  (not sooner than stream_interval_s after its previous one,
+                                  (not sooner than the stream interval after its previous one,
                                    except the first token and the end)
        first, every pass:         EngineLoop.stats() ──▶ publisher (only changed gauges)
 
@@ -81,12 +81,15 @@ class EngineHost:
         *,
         cancel_poll_s: float = 0.2,
         stream_interval_s: float = 0.0,
+        max_responses_per_s: float | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._loop = loop
         self._publisher = publisher
         self._cancel_poll_s = cancel_poll_s
         self._stream_interval_s = stream_interval_s
+        self._max_responses_per_s = max_responses_per_s
+        self._interval_s = stream_interval_s  # this pass's interval (grows with active replies)
         self._next_send_due: float | None = None  # earliest held-back response, for the sender's sleep
         self._clock = clock
         self._lock = threading.Lock()
@@ -189,6 +192,10 @@ class EngineHost:
             self._next_cancel_poll_at = now + self._cancel_poll_s
         with self._lock:
             entries = list(self._active.values())
+        self._interval_s = self._stream_interval_s
+        if self._max_responses_per_s is not None:
+            # n replies at one response per interval each stay within the server's budget.
+            self._interval_s = max(self._interval_s, len(entries) / self._max_responses_per_s)
         next_due: float | None = None
         for entry in entries:
             if poll_cancels and not entry.cancel_sent and entry.sink.is_cancelled():
@@ -212,7 +219,7 @@ class EngineHost:
         """When this request's next non-final response may go out."""
         if entry.last_sent_at is None:
             return float("-inf")  # the first token goes out at once
-        return entry.last_sent_at + self._stream_interval_s
+        return entry.last_sent_at + self._interval_s
 
     def _run(self) -> None:
         while not self._stopping.is_set():

@@ -71,6 +71,7 @@ def repository_values(
         "enable_chunked_prefill": "true" if engine.enable_chunked_prefill else "false",
         "enable_prefix_caching": "true" if engine.enable_prefix_caching else "false",
         "stream_interval_ms": str(pool.stream_interval_ms),
+        "max_stream_responses_per_s": str(pool.max_stream_responses_per_s),
         "postprocess_in_process": "true" if pool.postprocess_in_process else "false",
         "max_streams": str(DEFAULT_MAX_STREAMS),
         "preprocessing_instances": str(DEFAULT_PREPROCESSING_INSTANCES),

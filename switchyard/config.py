@@ -82,6 +82,10 @@ class PoolSpec(_Strict):
     # at 25 responses a second a stream reads as steady, and on a CPU host the per-response
     # cost of the Triton path stops competing with the engine for cores. 0 sends every step.
     stream_interval_ms: Annotated[int, Field(ge=0, le=1000)] = 40
+    # The most streamed responses per second one server sends across all its replies: with
+    # many replies in flight each one's responses are spaced further apart than
+    # stream_interval_ms, so the streaming path's cost stays bounded however busy the engine.
+    max_stream_responses_per_s: Annotated[int, Field(ge=1)] = 200
     # `llm` detokenizes in its own process (the same code as the `postprocessing` model)
     # instead of a BLS call per streamed response.
     postprocess_in_process: bool = True

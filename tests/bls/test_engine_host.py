@@ -140,6 +140,25 @@ def test_stream_interval_holds_back_middle_deltas_but_never_the_first_or_the_las
     assert sink.sent[-1][1] is True
 
 
+def test_interval_stretches_with_active_replies_to_bound_the_response_rate() -> None:
+    loop, clock = FakeLoop(), Clock()
+    host = EngineHost(loop, None, stream_interval_s=0.01, max_responses_per_s=100, clock=clock)
+    sinks = [Sink() for _ in range(4)]
+    for i, sink in enumerate(sinks):
+        host.handle(f"r{i}", request_inputs(max_tokens=9), sink)
+    for i in range(4):
+        loop.streams[f"r{i}"].push(out(f"r{i}", (1,), done=1))
+    host.pump()  # first tokens go out at once
+    for i in range(4):
+        loop.streams[f"r{i}"].push(out(f"r{i}", (2,), done=2))
+    clock.now = 0.03  # past 10 ms, but 4 replies at 100 responses/s means 40 ms apart
+    host.pump()
+    assert [s.tokens() for s in sinks] == [[[1]]] * 4
+    clock.now = 0.041
+    host.pump()
+    assert [s.tokens() for s in sinks] == [[[1], [2]]] * 4
+
+
 def test_client_cancellation_is_polled_and_forwarded_once() -> None:
     host, loop, clock, _ = make_host()
     sink = Sink()

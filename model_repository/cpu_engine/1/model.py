@@ -28,7 +28,10 @@ class TritonPythonModel:
             pb_utils.MetricFamily, {"model": args["model_name"], "version": args["model_version"]}
         )
         self._host = EngineHost(
-            EngineLoop(engine), metrics, stream_interval_s=param_int(params, "stream_interval_ms") / 1000
+            EngineLoop(engine),
+            metrics,
+            stream_interval_s=param_int(params, "stream_interval_ms") / 1000,
+            max_responses_per_s=param_int(params, "max_stream_responses_per_s"),
         )
         self._host.start()
 
