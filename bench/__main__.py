@@ -42,7 +42,7 @@ def run_live(names: list[str]) -> None:
     url = stack.gateway_url
     try:
         if "s1" in names:
-            bench_s1_short_behind_long.run(url, "bench-small", config)
+            bench_s1_short_behind_long.run(url, "bench-small", config, engine.to_engine_config())
         if "s3" in names:
             bench_s3_prefill_stutter.run((url, "bench-small"), (url, "bench-small-unchunked"), config)
         if "s2" in names:
