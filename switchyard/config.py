@@ -7,7 +7,7 @@ rather than a surprise in a running server.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -91,6 +91,31 @@ class PoolSpec(_Strict):
     postprocess_in_process: bool = True
 
 
+class TeamSpec(_Strict):
+    """A team: its share of the fleet (weight), the models it may use and optional hard limits.
+
+    API keys are never in this file: `switchyard keys create TEAM` stores only the key's hash
+    (in Redis); `api_key_hashes` may list static ones (hex SHA-256 of the key)."""
+
+    weight: Annotated[float, Field(gt=0)] = 1.0
+    models: list[str] = ["*"]  # "*" allows every model
+    max_inflight_tokens: Annotated[int, Field(ge=1)] | None = None
+    tokens_per_day: Annotated[int, Field(ge=1)] | None = None
+    default_class: Literal["interactive", "bulk"] = "interactive"
+    api_key_hashes: list[str] = []
+
+    def may_use(self, model_id: str) -> bool:
+        return "*" in self.models or model_id in self.models
+
+
+class QuotaSpec(_Strict):
+    """Admission settings shared by every gateway process."""
+
+    lease_ttl_s: Annotated[float, Field(gt=0)] = 30.0  # a dead gateway's leases go after this
+    queue_timeout_s: Annotated[float, Field(ge=0)] = 5.0  # fleet full: how long interactive waits
+    capacity_refresh_s: Annotated[float, Field(gt=0)] = 1.0
+
+
 class GatewaySpec(_Strict):
     host: str = "127.0.0.1"
     port: Annotated[int, Field(ge=1, le=65535)] = 8000
@@ -116,6 +141,8 @@ class SwitchyardConfig(_Strict):
     pools: dict[str, PoolSpec]
     gateway: GatewaySpec = GatewaySpec()
     redis: RedisSpec = RedisSpec()
+    teams: dict[str, TeamSpec] = {}
+    quota: QuotaSpec = QuotaSpec()
 
     @model_validator(mode="after")
     def _pools_name_models(self) -> SwitchyardConfig:
