@@ -16,6 +16,7 @@ from gateway.backend import BackendFactory, GenerationBackend
 from gateway.catalog import ModelCatalog
 from gateway.deps import Services
 from gateway.errors import install_error_handlers
+from gateway.generation import GenerationService
 from gateway.metrics import GatewayMetrics
 from gateway.requests_registry import RequestRegistry
 from gateway.routes import api_router
@@ -49,7 +50,7 @@ def create_app(
         catalog = ModelCatalog.load(loaded)
         backend = make_backend(loaded, settings)
         registry = RequestRegistry(backend, app.state.metrics, cancel_grace_s=settings.cancel_grace_s)
-        app.state.services = Services(loaded, catalog, backend, registry)
+        app.state.services = Services(loaded, catalog, backend, registry, GenerationService(catalog, registry))
         try:
             yield
         finally:

@@ -10,6 +10,7 @@ from fastapi import Depends, Request
 
 from gateway.backend import GenerationBackend
 from gateway.catalog import ModelCatalog
+from gateway.generation import GenerationService
 from gateway.metrics import GatewayMetrics
 from gateway.requests_registry import RequestRegistry
 from gateway.settings import GatewaySettings
@@ -24,6 +25,7 @@ class Services:
     catalog: ModelCatalog
     backend: GenerationBackend
     registry: RequestRegistry
+    generation: GenerationService
 
 
 def get_settings(request: Request) -> GatewaySettings:
@@ -57,8 +59,13 @@ def get_registry(request: Request) -> RequestRegistry:
     return get_services(request).registry
 
 
+def get_generation(request: Request) -> GenerationService:
+    return get_services(request).generation
+
+
 SettingsDep = Annotated[GatewaySettings, Depends(get_settings)]
 MetricsDep = Annotated[GatewayMetrics, Depends(get_metrics)]
 CatalogDep = Annotated[ModelCatalog, Depends(get_catalog)]
 BackendDep = Annotated[GenerationBackend, Depends(get_backend)]
 RegistryDep = Annotated[RequestRegistry, Depends(get_registry)]
+GenerationDep = Annotated[GenerationService, Depends(get_generation)]

@@ -10,7 +10,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
-from gateway.backend import GenerationRequest, RequestClass
+from gateway.backend import RequestClass
 
 MAX_STOP_STRINGS = 4
 INT32_MAX = 2**31 - 1
@@ -51,21 +51,6 @@ class GenerateBody(BaseModel):
     top_k: Annotated[int, Field(ge=0, le=INT32_MAX)] | None = None
     seed: Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX)] | None = None
     ignore_eos: bool = False
-
-    def to_generation_request(self, request_id: str) -> GenerationRequest:
-        return GenerationRequest(
-            request_id=request_id,
-            model_id=self.model,
-            prompt=self.prompt,
-            max_tokens=self.max_tokens,
-            stop=tuple(self.stop),
-            request_class=self.request_class,
-            temperature=self.temperature,
-            top_p=self.top_p,
-            top_k=self.top_k,
-            seed=self.seed,
-            ignore_eos=self.ignore_eos,
-        )
 
 
 class UsageBody(BaseModel):

@@ -3,31 +3,23 @@
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import Awaitable
 from typing import Literal
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from gateway.catalog import ServedModel
-from gateway.deps import CatalogDep, RegistryDep, SettingsDep
+from gateway.deps import GenerationDep, RegistryDep, SettingsDep
 from gateway.errors import (
     error_response,
-    invalid_request,
-    model_not_found,
-    request_conflict,
     request_not_found,
 )
-from gateway.requests_registry import InflightRequest, RequestIdInUse
+from gateway.generation import GenerationInput
+from gateway.requests_registry import InflightRequest
 from gateway.schemas import CancelResponse, ErrorBody, GenerateBody, GenerateResponse, UsageBody
 from gateway.sse import stream_events
 
 router = APIRouter(prefix="/v1/generate", tags=["generate"])
-
-# Tokenizing a prompt this long takes milliseconds: do it off the event loop, so the streams
-# this gateway is serving keep their pace.
-_TOKENIZE_IN_THREAD_CHARS = 4096
 
 _ERRORS: dict[int | str, dict[str, object]] = {code: {"model": ErrorBody} for code in (400, 404, 409, 502, 503)}
 
@@ -40,25 +32,28 @@ _ERRORS: dict[int | str, dict[str, object]] = {code: {"model": ErrorBody} for co
 async def generate(
     body: GenerateBody,
     request: Request,
-    catalog: CatalogDep,
+    generation: GenerationDep,
     registry: RegistryDep,
     settings: SettingsDep,
 ) -> Response:
     """Generate a completion: SSE deltas then a final event with usage (`stream: true`), or
     one JSON body with the whole reply."""
-    model = catalog.get(body.model)
-    if model is None:
-        raise model_not_found(body.model, catalog.ids())
-    request_id = body.request_id or uuid.uuid4().hex
-    if registry.get(request_id) is not None:
-        raise request_conflict(request_id)
-    prompt_tokens = await _count_prompt_tokens(model, body.prompt)
-    _check_context(model, prompt_tokens, body.max_tokens)
-    try:
-        entry = registry.start(body.to_generation_request(request_id), prompt_tokens)
-    except RequestIdInUse:
-        raise request_conflict(request_id) from None
-
+    entry = await generation.start(
+        GenerationInput(
+            model=body.model,
+            prompt=body.prompt,
+            max_tokens=body.max_tokens,
+            stop=tuple(body.stop),
+            request_class=body.request_class,
+            request_id=body.request_id,
+            temperature=body.temperature,
+            top_p=body.top_p,
+            top_k=body.top_k,
+            seed=body.seed,
+            ignore_eos=body.ignore_eos,
+        )
+    )
+    request_id = entry.request_id
     headers = {"X-Request-Id": request_id}
     # Before any byte goes out, a failure can still be an honest status code (a 503 when the
     # backend is down), so wait for the first text (streamed) or the end (whole).
@@ -90,28 +85,6 @@ async def cancel_generation(request_id: str, registry: RegistryDep) -> CancelRes
     else:
         status = "failed" if entry.error is not None else "completed"
     return CancelResponse(request_id=request_id, status=status, usage=UsageBody(**entry.usage.as_dict()))
-
-
-async def _count_prompt_tokens(model: ServedModel, prompt: str) -> int:
-    if len(prompt) >= _TOKENIZE_IN_THREAD_CHARS:
-        return await asyncio.to_thread(model.count_tokens, prompt)
-    return model.count_tokens(prompt)
-
-
-def _check_context(model: ServedModel, prompt_tokens: int, max_tokens: int) -> None:
-    limit = model.max_context_tokens
-    if prompt_tokens + max_tokens <= limit:
-        return
-    message = (
-        f"prompt ({prompt_tokens} tokens) + max_tokens ({max_tokens}) exceeds model "
-        f"{model.model_id!r} context of {limit} tokens"
-    )
-    if prompt_tokens >= limit:
-        raise invalid_request(f"{message}: shorten the prompt", "prompt")
-    raise invalid_request(
-        f"{message}: lower max_tokens to at most {limit - prompt_tokens} or shorten the prompt",
-        "max_tokens",
-    )
 
 
 def _whole_reply(entry: InflightRequest) -> GenerateResponse:
