@@ -1,0 +1,69 @@
+"""IdempotencyStore against a real redis-server: one generation per (team, request id)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import redis.asyncio as aioredis
+
+from gateway.idempotency import ClaimState, IdempotencyStore, StoredDelta, fingerprint
+
+
+async def test_claims_new_then_running_then_done_and_conflict(redis_url: str) -> None:
+    store = IdempotencyStore(aioredis.Redis.from_url(redis_url))
+    body = fingerprint({"model": "small", "prompt": "hi", "max_tokens": 5})
+    assert (await store.claim("a", "r1", body)).state is ClaimState.NEW
+    assert (await store.claim("a", "r1", body)).state is ClaimState.RUNNING
+    assert (await store.claim("a", "r1", fingerprint({"prompt": "other"}))).state is ClaimState.CONFLICT
+    # Scoped to the team: another team's r1 is a different request.
+    assert (await store.claim("b", "r1", body)).state is ClaimState.NEW
+    await store.record_final("a", "r1", {"text": "hello", "stop_reason": "length"})
+    done = await store.claim("a", "r1", body)
+    assert done.state is ClaimState.DONE
+    assert done.result == {"text": "hello", "stop_reason": "length"}
+
+
+async def test_concurrent_claims_elect_exactly_one_generator(redis_url: str) -> None:
+    clients = [IdempotencyStore(aioredis.Redis.from_url(redis_url)) for _ in range(4)]
+    claims = await asyncio.gather(*(clients[i % 4].claim("t", "same", "fp") for i in range(40)))
+    assert sum(c.state is ClaimState.NEW for c in claims) == 1
+    assert sum(c.state is ClaimState.RUNNING for c in claims) == 39
+
+
+async def test_follow_replays_then_streams_live_until_final(redis_url: str) -> None:
+    store = IdempotencyStore(aioredis.Redis.from_url(redis_url))
+    await store.claim("t", "r", "fp")
+    await store.record_delta("t", "r", "Hel", (1, 2))
+    seen: list[StoredDelta] = []
+
+    async def reader() -> None:
+        async for delta in store.follow("t", "r", idle_timeout_s=5):
+            seen.append(delta)
+
+    task = asyncio.create_task(reader())
+    await asyncio.sleep(0.1)
+    await store.record_delta("t", "r", "lo", (3,))
+    await store.record_final("t", "r", {"stop_reason": "stop"})
+    await asyncio.wait_for(task, 5)
+    assert seen == [
+        StoredDelta("Hel", (1, 2)),
+        StoredDelta("lo", (3,)),
+        StoredDelta(final={"stop_reason": "stop"}),
+    ]
+
+
+async def test_follow_gives_up_on_a_stream_whose_owner_died(redis_url: str) -> None:
+    store = IdempotencyStore(aioredis.Redis.from_url(redis_url))
+    await store.claim("t", "orphan", "fp")
+    await store.record_delta("t", "orphan", "x", (1,))
+    with pytest.raises(TimeoutError):
+        async for _ in store.follow("t", "orphan", idle_timeout_s=0.3):
+            pass
+
+
+async def test_forget_lets_a_refused_request_be_retried(redis_url: str) -> None:
+    store = IdempotencyStore(aioredis.Redis.from_url(redis_url))
+    await store.claim("t", "r", "fp")
+    await store.forget("t", "r")
+    assert (await store.claim("t", "r", "fp")).state is ClaimState.NEW
