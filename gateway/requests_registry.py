@@ -14,8 +14,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import replace
+from typing import Protocol
 
 from gateway.backend import BackendError, GenerationBackend, GenerationDelta, GenerationRequest, Usage
 from gateway.metrics import GatewayMetrics
@@ -27,11 +28,32 @@ class RequestIdInUse(Exception):
     """A request with this id is already in flight."""
 
 
+class GenerationHooks(Protocol):
+    """What else happens as a generation runs (idempotency records, leases, usage).
+
+    `on_delta` runs in the pump after each delta with text or tokens; `on_finish` runs once,
+    in its own task, after the request ended however it ended."""
+
+    async def on_delta(self, entry: InflightRequest, delta: GenerationDelta) -> None: ...
+
+    async def on_finish(self, entry: InflightRequest) -> None: ...
+
+
 class InflightRequest:
     """One running generation: deltas so far, usage so far, and how it ended once it has."""
 
-    def __init__(self, request: GenerationRequest, prompt_tokens: int, started_at: float) -> None:
+    def __init__(
+        self,
+        request: GenerationRequest,
+        prompt_tokens: int,
+        started_at: float,
+        public_id: str | None = None,
+        hooks: GenerationHooks | None = None,
+    ) -> None:
         self.request = request
+        # The id the caller knows; `request.request_id` is unique across teams (team/id).
+        self.public_id = public_id or request.request_id
+        self.hooks = hooks
         self.started_at = started_at
         self.usage = Usage(prompt_tokens=prompt_tokens)
         self.deltas: list[GenerationDelta] = []  # those that carried text or tokens
@@ -125,11 +147,18 @@ class RequestRegistry:
     def __len__(self) -> int:
         return len(self._inflight)
 
-    def start(self, request: GenerationRequest, prompt_tokens: int) -> InflightRequest:
+    def start(
+        self,
+        request: GenerationRequest,
+        prompt_tokens: int,
+        *,
+        public_id: str | None = None,
+        hooks: GenerationHooks | None = None,
+    ) -> InflightRequest:
         """Accept `request` and start generating it in the background."""
         if request.request_id in self._inflight:
             raise RequestIdInUse(request.request_id)
-        entry = InflightRequest(request, prompt_tokens, self._clock())
+        entry = InflightRequest(request, prompt_tokens, self._clock(), public_id, hooks)
         task = asyncio.create_task(self._pump(entry), name=f"generate:{request.request_id}")
         self._inflight[request.request_id] = entry
         self._tasks[request.request_id] = task
@@ -159,9 +188,7 @@ class RequestRegistry:
         """`cancel()` from code that must not await (a response closing under cancellation)."""
         if request_id not in self._inflight:
             return
-        task: asyncio.Task[object] = asyncio.create_task(self.cancel(request_id))
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+        self._in_background(self.cancel(request_id))
 
     async def close(self) -> None:
         """Shutdown: cancel everything still running and wait for it."""
@@ -178,6 +205,8 @@ class RequestRegistry:
                 entry.apply(delta, self._clock())
                 if first and entry.first_token_at is not None:
                     self._observe_first_token(entry)
+                if entry.hooks is not None and (delta.text or delta.token_ids):
+                    await entry.hooks.on_delta(entry, delta)
                 if delta.finish_reason is not None:
                     break
         finally:
@@ -204,6 +233,13 @@ class RequestRegistry:
         self._inflight.pop(entry.request_id, None)
         self._tasks.pop(entry.request_id, None)
         self._record(entry)
+        if entry.hooks is not None:
+            self._in_background(entry.hooks.on_finish(entry))
+
+    def _in_background(self, work: Coroutine[object, object, object]) -> None:
+        task: asyncio.Task[object] = asyncio.create_task(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     def _record(self, entry: InflightRequest) -> None:
         labels = (entry.request.model_id, entry.request.request_class)

@@ -31,7 +31,7 @@ def sse_event(data: dict[str, Any], event: str | None = None) -> bytes:
 async def stream_events(entry: InflightRequest, registry: RequestRegistry, heartbeat_s: float) -> AsyncIterator[bytes]:
     """The SSE body of one request. If the response closes before the request ends (the
     client went away), the request is cancelled, which frees the server's KV."""
-    request_id = entry.request_id
+    request_id = entry.public_id
     seen = 0
     try:
         while True:
@@ -57,4 +57,4 @@ async def stream_events(entry: InflightRequest, registry: RequestRegistry, heart
     finally:
         if not entry.done:
             # We may be inside a cancelled scope here, so hand the cancel to its own task.
-            registry.cancel_soon(request_id)
+            registry.cancel_soon(entry.request_id)

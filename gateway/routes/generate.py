@@ -53,13 +53,12 @@ async def generate(
             ignore_eos=body.ignore_eos,
         )
     )
-    request_id = entry.request_id
-    headers = {"X-Request-Id": request_id}
+    headers = {"X-Request-Id": entry.public_id}
     # Before any byte goes out, a failure can still be an honest status code (a 503 when the
     # backend is down), so wait for the first text (streamed) or the end (whole).
     ready = entry.wait_started() if body.stream else entry.wait_done()
     if not await _unless_disconnected(request, ready):
-        await registry.cancel(request_id)
+        await registry.cancel(entry.request_id)
         return error_response(499, "client_closed_request", "the client closed the connection", None, headers)
     if entry.error is not None and not entry.deltas:
         raise entry.error
@@ -89,7 +88,7 @@ async def cancel_generation(request_id: str, registry: RegistryDep) -> CancelRes
 
 def _whole_reply(entry: InflightRequest) -> GenerateResponse:
     return GenerateResponse(
-        request_id=entry.request_id,
+        request_id=entry.public_id,
         model=entry.request.model_id,
         text=entry.text,
         stop_reason=entry.stop_reason or "aborted",
