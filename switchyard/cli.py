@@ -4,6 +4,8 @@
     switchyard triton --pool POOL     run one pool's Triton server in the foreground
     switchyard gateway                run the HTTP gateway in the foreground
     switchyard up                     the whole platform: Redis, Triton per pool, gateway
+    switchyard keys create TEAM       a new API key for TEAM, printed once (also: list, revoke)
+    switchyard usage [--since 24h]    usage per team, model and class
 
 Each subcommand imports what it needs when it runs, so `switchyard --help` stays instant.
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from switchyard.config import SwitchyardConfig, load_config
@@ -56,6 +59,36 @@ def _cmd_up(config: SwitchyardConfig, args: argparse.Namespace) -> int:
     return run_stack(config, gateway_port=args.port or config.gateway.port)
 
 
+def _quota_command(name: str) -> Callable[[SwitchyardConfig, argparse.Namespace], int]:
+    """The `switchyard.quota_commands` function `name`, imported only when it runs."""
+
+    def run(config: SwitchyardConfig, args: argparse.Namespace) -> int:
+        from switchyard import quota_commands
+
+        result: int = getattr(quota_commands, name)(config, args)
+        return result
+
+    return run
+
+
+def _add_quota_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    keys = sub.add_parser("keys", help="create, list and revoke API keys (stored hashed in Redis)")
+    keys_sub = keys.add_subparsers(dest="keys_command", required=True)
+    create = keys_sub.add_parser("create", help="make a key for TEAM and print it once")
+    create.add_argument("team")
+    create.set_defaults(func=_quota_command("keys_create"))
+    keys_sub.add_parser("list", help="team and hash prefix of every key").set_defaults(func=_quota_command("keys_list"))
+    revoke = keys_sub.add_parser("revoke", help="forget the key whose hash starts with PREFIX")
+    revoke.add_argument("prefix")
+    revoke.set_defaults(func=_quota_command("keys_revoke"))
+
+    usage = sub.add_parser("usage", help="print usage per team, model and class")
+    usage.add_argument("--team", default=None, help="one team (default: all)")
+    usage.add_argument("--since", default="24h", help="a duration (24h, 7d) or an ISO time (default 24h)")
+    usage.add_argument("--hourly", action="store_true", help="one row per hour")
+    usage.set_defaults(func=_quota_command("usage"))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="switchyard", description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", type=Path, default=None, help="path to switchyard.yaml")
@@ -77,6 +110,8 @@ def build_parser() -> argparse.ArgumentParser:
     up = sub.add_parser("up", help="run the whole platform until Ctrl-C")
     up.add_argument("--port", type=int, default=None, help="gateway port (default from config)")
     up.set_defaults(func=_cmd_up)
+
+    _add_quota_parsers(sub)
     return parser
 
 

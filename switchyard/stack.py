@@ -3,7 +3,8 @@
 `switchyard up` (and so `make up`) runs it in the foreground until Ctrl-C; the benchmarks and
 the end-to-end tests use the same `Stack` so they measure what `make up` runs.
 
-    Stack.start():  redis-server ─▶ tritonserver per pool (parallel starts) ─▶ gateway
+    Stack.start():  redis-server ─▶ API keys (var/dev-api-key, var/admin-api-key)
+                    ─▶ tritonserver per pool (parallel starts) ─▶ gateway
     Stack.stop():   the reverse, every process group killed: no orphans
 """
 
@@ -15,9 +16,14 @@ import threading
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from types import TracebackType
 
+import redis
+
 from build_engines.repository import fill_repository
+from quota.key_files import DEV_TEAM, dev_key_path, ensure_admin_key, ensure_dev_key
+from quota.keys import SyncKeyStore
 from switchyard.config import SwitchyardConfig, dump_config
 from switchyard.process import ManagedProcess, wait_until
 from switchyard.redis_server import RedisServer
@@ -50,6 +56,8 @@ class Stack:
         )
         self.tritons: dict[str, TritonServer] = {}
         self.gateway: ManagedProcess | None = None
+        self.admin_key_path: Path | None = None
+        self.dev_key_path: Path | None = None  # set once this stack's Redis holds team `dev`'s key
 
     @property
     def gateway_url(self) -> str:
@@ -59,11 +67,25 @@ class Stack:
         try:
             if self.redis is not None:
                 self.redis.start()
+                self.ensure_keys()
             self._start_tritons()
             self._start_gateway(timeout_s)
         except BaseException:
             self.stop()
             raise
+
+    def ensure_keys(self) -> None:
+        """The admin key in var/admin-api-key, and (when team `dev` is configured) a key of
+        `dev` in var/dev-api-key, reused while it resolves in this stack's Redis."""
+        self.admin_key_path = ensure_admin_key(self.config.var_path)
+        if DEV_TEAM not in self.config.teams:
+            return
+        client = redis.Redis.from_url(self.config.redis.url)
+        try:
+            store = SyncKeyStore(client, self.config.teams)
+            self.dev_key_path = ensure_dev_key(store, dev_key_path(self.config.var_path))
+        finally:
+            client.close()
 
     def _start_tritons(self) -> None:
         for pool_id in self.pool_ids:
@@ -134,13 +156,28 @@ class Stack:
 
 def ready_message(stack: Stack, model_id: str) -> str:
     url = stack.gateway_url
+    headers = "-H 'Content-Type: application/json'"
+    if stack.dev_key_path is not None:
+        headers = f'-H "Authorization: Bearer $(cat {_shown(stack.dev_key_path)})" {headers}'
+    keys = "More keys: `switchyard keys create TEAM`"
+    if stack.admin_key_path is not None:
+        keys += f"; the admin key is in {_shown(stack.admin_key_path)}"
     return (
         f"\nSwitchyard is up: gateway {url}, pools {', '.join(stack.pool_ids)}, logs in "
         f"{stack.config.var_path / 'logs'}\n\n"
-        f"  curl -N {url}/v1/generate -H 'Content-Type: application/json' \\\n"
+        f"  curl -N {url}/v1/generate \\\n    {headers} \\\n"
         f'    -d \'{{"model": "{model_id}", "prompt": "Hello there", "max_tokens": 32, '
-        f'"stream": true}}\'\n\nCtrl-C stops everything.\n'
+        f'"stream": true}}\'\n\n{keys}.\nCtrl-C stops everything.\n'
     )
+
+
+def _shown(path: Path) -> str:
+    """`path` relative to the current folder when it is inside it (what a user pastes)."""
+    resolved = path.resolve()
+    try:
+        return str(resolved.relative_to(Path.cwd()))
+    except ValueError:
+        return str(resolved)
 
 
 def run_stack(config: SwitchyardConfig, gateway_port: int | None = None) -> int:

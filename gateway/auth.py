@@ -1,0 +1,125 @@
+"""Who is calling: `Authorization: Bearer KEY` resolved to a team (or the admin) per request.
+
+    missing / not "Bearer KEY"    401 authentication_error  (how to get a key)
+    unknown or revoked key        401 authentication_error
+    the admin key                 Principal(team_id=None, is_admin=True)
+    a team's key                  Principal(team_id="dev", is_admin=False, team=<TeamSpec>)
+    a model the team may not use  403 permission_error      (require_model_access)
+
+Routes take `principal: PrincipalDep` (or `AdminDep` for admin routes). The key store lives
+in `app.state.key_store`, put there by `install_auth` from the app's lifespan.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated
+
+import redis
+from fastapi import Depends, FastAPI, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from gateway.errors import ApiError
+from quota.keys import KeyStore
+from switchyard.config import TeamSpec
+
+KEY_STORE_STATE = "key_store"  # app.state.key_store: the KeyStore every request resolves against
+_HOW_TO_GET_A_KEY = "an operator makes one with `switchyard keys create TEAM`"
+_CHALLENGE = {"WWW-Authenticate": "Bearer"}
+
+# Declares the scheme in the OpenAPI document (the docs' "Authorize" button); the header is
+# parsed below so that a missing and a malformed header get different messages.
+_bearer_scheme = HTTPBearer(auto_error=False, description="An API key: `switchyard keys create TEAM`.")
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """The caller of one request: a team (with its settings), or the admin (no team)."""
+
+    team_id: str | None
+    is_admin: bool = False
+    team: TeamSpec | None = None
+
+
+def install_auth(app: FastAPI, key_store: KeyStore) -> None:
+    """Make `key_store` the one `PrincipalDep` resolves against (call from the lifespan)."""
+    setattr(app.state, KEY_STORE_STATE, key_store)
+
+
+def get_key_store(request: Request) -> KeyStore:
+    store = getattr(request.app.state, KEY_STORE_STATE, None)
+    if not isinstance(store, KeyStore):
+        raise RuntimeError("no key store: call gateway.auth.install_auth(app, key_store) in the lifespan")
+    return store
+
+
+def unauthorized(message: str) -> ApiError:
+    return ApiError(401, "authentication_error", message, None, _CHALLENGE)
+
+
+def forbidden(message: str, param: str | None = None) -> ApiError:
+    return ApiError(403, "permission_error", message, param)
+
+
+async def get_principal(
+    request: Request,
+    store: Annotated[KeyStore, Depends(get_key_store)],
+    _: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer_scheme)],
+) -> Principal:
+    """Resolve the request's bearer key; 401 unless it names a configured team or the admin."""
+    key = _bearer_key(request.headers.get("authorization"))
+    if store.is_admin(key):
+        return Principal(team_id=None, is_admin=True)
+    try:
+        team_id = await store.resolve(key)
+    except redis.RedisError:
+        raise ApiError(
+            503, "service_unavailable", "cannot check API keys right now; retry shortly", None, {"Retry-After": "1"}
+        ) from None
+    if team_id is None:
+        raise unauthorized(f"the API key is not valid (unknown or revoked); {_HOW_TO_GET_A_KEY}")
+    return Principal(team_id=team_id, is_admin=False, team=store.teams[team_id])
+
+
+def _bearer_key(header: str | None) -> str:
+    if header is None or not header.strip():
+        raise unauthorized(f"send an API key as 'Authorization: Bearer KEY'; {_HOW_TO_GET_A_KEY}")
+    scheme, _, key = header.strip().partition(" ")
+    key = key.strip()
+    if scheme.lower() != "bearer" or not key or " " in key:
+        raise unauthorized(
+            f"the Authorization header must be 'Bearer KEY' (got scheme {scheme!r}); {_HOW_TO_GET_A_KEY}"
+        )
+    return key
+
+
+async def get_admin(principal: Annotated[Principal, Depends(get_principal)]) -> Principal:
+    """The principal, if it is the admin; 403 for a team's key."""
+    if not principal.is_admin:
+        raise forbidden("this route needs the admin key (var/admin-api-key or SWITCHYARD_ADMIN_KEY)")
+    return principal
+
+
+def require_model_access(principal: Principal, team_spec: TeamSpec | None, model_id: str) -> str:
+    """The team to bill for using `model_id`; 403 when the caller may not use it.
+
+    Pass `principal.team` as `team_spec`. Check that the model exists first (404), so a team
+    learns of a typo before it learns of a permission. The admin key has no team, so it cannot
+    generate: usage must belong to some team."""
+    if principal.team_id is None:
+        raise forbidden("the admin key belongs to no team; send a team's API key to use models")
+    if team_spec is None:
+        raise forbidden(f"team {principal.team_id!r} is not configured in switchyard.yaml")
+    if not team_spec.may_use(model_id):
+        allowed = ", ".join(team_spec.models) or "none"
+        raise forbidden(
+            f"team {principal.team_id!r} may not use model {model_id!r}; its models: {allowed} "
+            "(an operator lists them under teams.<team>.models in switchyard.yaml)",
+            "model",
+        )
+    return principal.team_id
+
+
+PrincipalDep = Annotated[Principal, Depends(get_principal)]
+AdminDep = Annotated[Principal, Depends(get_admin)]
+KeyStoreDep = Annotated[KeyStore, Depends(get_key_store)]

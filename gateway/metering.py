@@ -1,0 +1,71 @@
+"""The gateway's side of usage metering: one call at the end of a request writes its usage to
+Redis (the bill, `GET /v1/usage`) and to the Prometheus counters on `/metrics` alike.
+
+    create_app:  app.state.metrics = GatewayMetrics()
+    lifespan:    install_metering(app, UsageMeter(redis_client))   -> app.state.metering
+    a request:   await metering.record(UsageRecord(...), at=finished_at)
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from typing import Annotated
+
+import redis
+from fastapi import Depends, FastAPI, Request
+from prometheus_client import CollectorRegistry
+
+from quota.usage import UsageMeter, UsageRecord
+from quota.usage_counters import UsageCounters
+
+METERING_STATE = "metering"  # app.state.metering: the Metering of this app
+_COUNTERS_STATE = "usage_counters"  # made once per app: a registry refuses a second copy
+
+logger = logging.getLogger(__name__)
+
+
+class Metering:
+    """Records usage in Redis and in this process's Prometheus counters."""
+
+    def __init__(self, meter: UsageMeter, counters: UsageCounters) -> None:
+        self.meter = meter
+        self.counters = counters
+
+    async def record(self, rec: UsageRecord, at: datetime) -> None:
+        """Count `rec` (ended at `at`). A Redis failure is logged, not raised: the reply has
+        been served, and failing it now would bill nothing and help no one."""
+        self.counters.observe(rec)
+        try:
+            await self.meter.record(rec, at)
+        except redis.RedisError:
+            logger.exception(
+                "usage not recorded in redis",
+                extra={"team": rec.team_id, "model": rec.model_id, "request_class": rec.request_class},
+            )
+
+
+def install_metering(app: FastAPI, meter: UsageMeter) -> Metering:
+    """Put a `Metering` over `meter` in `app.state.metering` (call from the lifespan). The
+    counters go in the registry of `app.state.metrics` and are made once per app, so a
+    lifespan that runs twice (tests) does not register them twice."""
+    counters = getattr(app.state, _COUNTERS_STATE, None)
+    if not isinstance(counters, UsageCounters):
+        registry = getattr(getattr(app.state, "metrics", None), "registry", None)
+        if not isinstance(registry, CollectorRegistry):
+            raise RuntimeError("install_metering needs app.state.metrics (a GatewayMetrics) first")
+        counters = UsageCounters(registry)
+        setattr(app.state, _COUNTERS_STATE, counters)
+    metering = Metering(meter, counters)
+    setattr(app.state, METERING_STATE, metering)
+    return metering
+
+
+def get_metering(request: Request) -> Metering:
+    metering = getattr(request.app.state, METERING_STATE, None)
+    if not isinstance(metering, Metering):
+        raise RuntimeError("no metering: call gateway.metering.install_metering(app, meter) in the lifespan")
+    return metering
+
+
+MeteringDep = Annotated[Metering, Depends(get_metering)]

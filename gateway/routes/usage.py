@@ -1,0 +1,105 @@
+"""GET /v1/usage: what a team used, per model, class (and hour), from the Redis meter.
+
+A team's key sees its own team, up to 31 days per query; the admin key sees every team (or
+one, with `team=`) over any range. Times are ISO 8601 or epoch seconds, UTC when no zone is
+given; hours overlapping [start, end) count. Default: today so far (UTC).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Literal
+
+import redis
+from fastapi import APIRouter, Query
+from pydantic import BaseModel, Field
+
+from gateway.auth import PrincipalDep, forbidden
+from gateway.errors import ApiError, invalid_request
+from gateway.metering import MeteringDep
+from gateway.schemas import ErrorBody
+from quota.usage import UsageRow, as_utc
+
+router = APIRouter(prefix="/v1/usage", tags=["usage"])
+
+TEAM_MAX_RANGE = timedelta(days=31)
+_ERRORS: dict[int | str, dict[str, object]] = {code: {"model": ErrorBody} for code in (400, 401, 403, 503)}
+
+
+class UsageRowBody(BaseModel):
+    team: str
+    model: str
+    request_class: str = Field(serialization_alias="class")
+    hour: datetime | None = Field(None, description="start of the hour (UTC) with granularity=hour")
+    requests: int
+    prompt_tokens: int
+    cached_tokens: int
+    completion_tokens: int
+    cancelled_requests: int
+    kv_token_seconds: float
+
+    @classmethod
+    def of(cls, row: UsageRow) -> UsageRowBody:
+        return cls(
+            team=row.team_id,
+            model=row.model_id,
+            request_class=row.request_class,
+            hour=row.hour,
+            requests=row.requests,
+            prompt_tokens=row.prompt_tokens,
+            cached_tokens=row.cached_tokens,
+            completion_tokens=row.completion_tokens,
+            cancelled_requests=row.cancelled,
+            kv_token_seconds=row.kv_token_seconds,
+        )
+
+
+class UsageReport(BaseModel):
+    object: Literal["usage"] = "usage"
+    start: datetime
+    end: datetime
+    team: str | None = Field(description="the team asked for; null: every team (admin only)")
+    granularity: Literal["total", "hour"]
+    data: list[UsageRowBody]
+
+
+@router.get("", response_model=UsageReport, responses=_ERRORS)
+async def get_usage(
+    principal: PrincipalDep,
+    metering: MeteringDep,
+    start: Annotated[datetime | None, Query(description="default: 00:00 UTC today")] = None,
+    end: Annotated[datetime | None, Query(description="default: now")] = None,
+    team: Annotated[str | None, Query(description="admin: one team (default all); teams: their own")] = None,
+    granularity: Annotated[Literal["total", "hour"], Query(description="one row per hour with 'hour'")] = "total",
+) -> UsageReport:
+    """Usage per team, model and class: requests, prompt, cached and completion tokens,
+    cancelled requests and KV token-seconds."""
+    now = datetime.now(UTC)
+    end_at = as_utc(end) if end is not None else now
+    start_at = as_utc(start) if start is not None else now.replace(hour=0, minute=0, second=0, microsecond=0)
+    if end_at <= start_at:
+        raise invalid_request(f"end ({end_at.isoformat()}) must be after start ({start_at.isoformat()})", "end")
+    team_id = _team_to_query(principal.team_id, principal.is_admin, team)
+    if not principal.is_admin and end_at - start_at > TEAM_MAX_RANGE:
+        raise invalid_request(
+            f"a team may query at most {TEAM_MAX_RANGE.days} days at a time; split the range "
+            "(the admin key has no such limit)",
+            "start",
+        )
+    try:
+        rows = await metering.meter.query(team_id, start_at, end_at, by_hour=granularity == "hour")
+    except redis.RedisError:
+        raise ApiError(
+            503, "service_unavailable", "usage is unavailable right now; retry shortly", None, {"Retry-After": "1"}
+        ) from None
+    return UsageReport(
+        start=start_at, end=end_at, team=team_id, granularity=granularity, data=[UsageRowBody.of(r) for r in rows]
+    )
+
+
+def _team_to_query(own_team: str | None, is_admin: bool, asked: str | None) -> str | None:
+    if is_admin:
+        return asked
+    if asked is not None and asked != own_team:
+        raise forbidden(f"your key belongs to team {own_team!r}; only the admin key sees other teams", "team")
+    return own_team

@@ -1,0 +1,77 @@
+"""Keys kept in files under `var/`: the admin key and the development team's key.
+
+    var/admin-api-key   the admin key (or SWITCHYARD_ADMIN_KEY in the environment, which wins)
+    var/dev-api-key     a key of team `dev`, for the curl `make up` prints
+
+Both are written once with mode 0600 and reused while they still work. The gateway reads
+only the admin key's hash; the plaintext never leaves these files.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from quota.keys import SyncKeyStore, generate_key, hash_key
+
+ADMIN_KEY_ENV = "SWITCHYARD_ADMIN_KEY"
+ADMIN_KEY_FILE = "admin-api-key"
+DEV_KEY_FILE = "dev-api-key"
+DEV_TEAM = "dev"
+
+
+def admin_key_path(var_path: Path) -> Path:
+    return var_path / ADMIN_KEY_FILE
+
+
+def dev_key_path(var_path: Path) -> Path:
+    return var_path / DEV_KEY_FILE
+
+
+def read_key_file(path: Path) -> str | None:
+    """The key in `path` (surrounding whitespace dropped), or None if it is missing or empty."""
+    try:
+        key = path.read_text().strip()
+    except FileNotFoundError:
+        return None
+    return key or None
+
+
+def write_key_file(path: Path, key: str) -> None:
+    """Write `key` readable by its owner only (0600), replacing the file atomically."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)  # O_CREAT's mode is masked by the umask; fchmod is not
+        os.write(fd, (key + "\n").encode())
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+def ensure_admin_key(var_path: Path) -> Path:
+    """Create `var/admin-api-key` if it is missing; returns its path."""
+    path = admin_key_path(var_path)
+    if read_key_file(path) is None:
+        write_key_file(path, generate_key())
+    return path
+
+
+def load_admin_key_hash(var_path: Path, environ: Mapping[str, str] | None = None) -> str | None:
+    """The admin key's hash: from `SWITCHYARD_ADMIN_KEY` if set, else from `var/admin-api-key`;
+    None when neither exists (then no key is an admin)."""
+    env = os.environ if environ is None else environ
+    key = env.get(ADMIN_KEY_ENV, "").strip() or read_key_file(admin_key_path(var_path))
+    return hash_key(key) if key else None
+
+
+def ensure_dev_key(store: SyncKeyStore, path: Path, team_id: str = DEV_TEAM) -> Path:
+    """Make sure `path` holds a key of `team_id` that resolves: reuse it if it still does
+    (a fresh Redis, or a revoked key, gets a new one). Returns `path`."""
+    existing = read_key_file(path)
+    if existing is not None and store.resolve(existing) == team_id:
+        return path
+    write_key_file(path, store.create(team_id))
+    return path

@@ -1,0 +1,215 @@
+"""Usage metering: what each team used, per model, class and hour, kept in Redis.
+
+One finished (or cancelled) request is one `UsageRecord`; `UsageMeter.record` adds it to its
+team's hour bucket in one MULTI, so every gateway process adds to the same figures and a
+reader never sees half a request:
+
+    sy:usage:bucket:{team}:{yyyymmddhh}   hash  "{model}|{class}|{metric}" -> count
+    sy:usage:index:{team}                 zset  yyyymmddhh, scored by the hour's epoch second
+    sy:usage:teams                        set   every team that has used anything
+    sy:usage:day:{team}:{yyyymmdd}        int   prompt + completion tokens that day (kept 3 days)
+
+Hours and days are UTC. The index lets a query over a year read only the hours that were used;
+the day counter makes `tokens_today` (the `tokens_per_day` limit, checked per request) one GET.
+Buckets are never expired: they are the bill.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime, timedelta
+
+import redis.asyncio
+
+TEAMS_KEY = "sy:usage:teams"
+METRICS = ("requests", "prompt_tokens", "cached_tokens", "completion_tokens", "cancelled", "kv_token_seconds")
+_DAY_COUNTER_TTL_S = 3 * 24 * 3600
+_HOUR = timedelta(hours=1)
+
+
+def bucket_key(team_id: str, hour: datetime) -> str:
+    return f"sy:usage:bucket:{team_id}:{hour:%Y%m%d%H}"
+
+
+def index_key(team_id: str) -> str:
+    return f"sy:usage:index:{team_id}"
+
+
+def day_key(team_id: str, day: datetime) -> str:
+    return f"sy:usage:day:{team_id}:{day:%Y%m%d}"
+
+
+def as_utc(moment: datetime) -> datetime:
+    """`moment` in UTC; a naive datetime is taken to be UTC already."""
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+
+def hour_start(moment: datetime) -> datetime:
+    return as_utc(moment).replace(minute=0, second=0, microsecond=0)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UsageRecord:
+    """What one request used. `cached_tokens` is the part of `prompt_tokens` served from the
+    prefix cache; `cancelled` says the client cancelled it (its tokens so far still count).
+
+    `kv_token_seconds` is the KV memory the request held, integrated over time: the caller
+    sums tokens held × seconds held over the request's life (for a request that holds its
+    prompt from admission and grows one token per step, roughly (prompt + completion / 2) ×
+    its duration). It is the real cost of a request: a 30,000-token document held for a
+    minute costs far more than its token counts say.
+    """
+
+    team_id: str
+    model_id: str
+    request_class: str
+    requests: int = 1
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    completion_tokens: int = 0
+    cancelled: bool = False
+    kv_token_seconds: float = 0.0
+
+    def __post_init__(self) -> None:
+        counts = (self.requests, self.prompt_tokens, self.cached_tokens, self.completion_tokens)
+        if min(counts) < 0 or self.kv_token_seconds < 0:
+            raise ValueError(f"usage cannot be negative: {self}")
+        if self.cached_tokens > self.prompt_tokens:
+            raise ValueError(f"cached_tokens ({self.cached_tokens}) exceed prompt_tokens ({self.prompt_tokens})")
+
+    def increments(self) -> dict[str, int | float]:
+        """The non-zero metrics this record adds, by metric name."""
+        values: dict[str, int | float] = {
+            "requests": self.requests,
+            "prompt_tokens": self.prompt_tokens,
+            "cached_tokens": self.cached_tokens,
+            "completion_tokens": self.completion_tokens,
+            "cancelled": int(self.cancelled) * self.requests,
+            "kv_token_seconds": self.kv_token_seconds,
+        }
+        return {name: value for name, value in values.items() if value}
+
+
+@dataclass(frozen=True, slots=True)
+class UsageRow:
+    """Usage of one team, model and class over a query's range (or one hour of it)."""
+
+    team_id: str
+    model_id: str
+    request_class: str
+    hour: datetime | None = None  # the hour's start (UTC) when rows are per hour
+    requests: int = 0
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    completion_tokens: int = 0
+    cancelled: int = 0
+    kv_token_seconds: float = 0.0
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+@dataclass(slots=True)
+class _Totals:
+    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(METRICS[:-1], 0))
+    kv_token_seconds: float = 0.0
+
+    def add(self, metric: str, raw: bytes | str) -> None:
+        if metric == "kv_token_seconds":
+            self.kv_token_seconds += float(raw)
+        elif metric in self.counts:
+            self.counts[metric] += int(raw)
+
+
+_RowKey = tuple[str, datetime | None, str, str]  # team, hour, model, class
+
+
+class UsageMeter:
+    """Adds usage records to Redis and reads them back, for every gateway process alike."""
+
+    def __init__(self, client: redis.asyncio.Redis) -> None:
+        self._redis = client
+
+    async def record(self, rec: UsageRecord, at: datetime) -> None:
+        """Add `rec` to the hour bucket of `at` (when the request ended), atomically."""
+        hour = hour_start(at)
+        bucket = bucket_key(rec.team_id, hour)
+        prefix = f"{rec.model_id}|{rec.request_class}|"
+        day_tokens = rec.prompt_tokens + rec.completion_tokens
+        async with self._redis.pipeline(transaction=True) as pipe:
+            for metric, value in rec.increments().items():
+                if isinstance(value, float):
+                    pipe.hincrbyfloat(bucket, prefix + metric, value)
+                else:
+                    pipe.hincrby(bucket, prefix + metric, value)
+            pipe.zadd(index_key(rec.team_id), {f"{hour:%Y%m%d%H}": int(hour.timestamp())})
+            pipe.sadd(TEAMS_KEY, rec.team_id)
+            if day_tokens:
+                pipe.incrby(day_key(rec.team_id, hour), day_tokens)
+                pipe.expire(day_key(rec.team_id, hour), _DAY_COUNTER_TTL_S)
+            await pipe.execute()
+
+    async def tokens_today(self, team_id: str, now: datetime | None = None) -> int:
+        """Prompt + completion tokens `team_id` used since 00:00 UTC (the `tokens_per_day` limit)."""
+        value = await self._redis.get(day_key(team_id, as_utc(now or datetime.now(UTC))))
+        return int(value) if value is not None else 0
+
+    async def teams(self) -> list[str]:
+        """Every team with recorded usage, sorted."""
+        members = await self._redis.smembers(TEAMS_KEY)
+        return sorted(m.decode() if isinstance(m, bytes) else m for m in members)
+
+    async def query(
+        self, team_id: str | None, start: datetime, end: datetime, *, by_hour: bool = False
+    ) -> list[UsageRow]:
+        """Usage in the hours that overlap [start, end), per team, model and class (and per
+        hour with `by_hour`); every team when `team_id` is None. Sorted by team, hour, model,
+        class. Unused combinations have no row."""
+        team_ids = [team_id] if team_id is not None else await self.teams()
+        first, stop = hour_start(start), as_utc(end)
+        if not team_ids or stop <= first:
+            return []
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for team in team_ids:
+                pipe.zrangebyscore(index_key(team), int(first.timestamp()), f"({stop.timestamp()}")
+            hours_per_team: list[list[bytes | str]] = await pipe.execute()
+        buckets = [(team, _parse_hour(h)) for team, hours in zip(team_ids, hours_per_team, strict=True) for h in hours]
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for team, hour in buckets:
+                pipe.hgetall(bucket_key(team, hour))
+            contents: list[dict[bytes | str, bytes | str]] = await pipe.execute()
+        totals: dict[_RowKey, _Totals] = {}
+        for (team, hour), content in zip(buckets, contents, strict=True):
+            for raw_field, raw_value in content.items():
+                model_id, request_class, metric = _text(raw_field).rsplit("|", 2)
+                row_key = (team, hour if by_hour else None, model_id, request_class)
+                totals.setdefault(row_key, _Totals()).add(metric, raw_value)
+        return [_row(key, totals[key]) for key in sorted(totals, key=_sort_key)]
+
+
+def _text(raw: bytes | str) -> str:
+    return raw.decode() if isinstance(raw, bytes) else raw
+
+
+def _parse_hour(raw: bytes | str) -> datetime:
+    return datetime.strptime(_text(raw), "%Y%m%d%H").replace(tzinfo=UTC)
+
+
+def _sort_key(key: _RowKey) -> tuple[str, float, str, str]:
+    team, hour, model_id, request_class = key
+    return team, hour.timestamp() if hour is not None else 0.0, model_id, request_class
+
+
+def _row(key: _RowKey, totals: _Totals) -> UsageRow:
+    team, hour, model_id, request_class = key
+    return UsageRow(team, model_id, request_class, hour, **totals.counts, kv_token_seconds=totals.kv_token_seconds)
+
+
+def sum_rows(rows: Iterable[UsageRow]) -> dict[str, int | float]:
+    """Totals of `rows`, metric by metric (for a table's last line)."""
+    sums: dict[str, int | float] = dict.fromkeys(METRICS, 0)
+    for row in rows:
+        for metric in METRICS:
+            sums[metric] += getattr(row, metric)
+    return sums

@@ -1,0 +1,138 @@
+"""`switchyard keys ...` and `switchyard usage`: keys and usage in the Redis of switchyard.yaml.
+
+switchyard keys create TEAM        a new key, printed once (stdout: the key alone)
+switchyard keys list               team, hash prefix and source of every key
+switchyard keys revoke PREFIX      forget the key whose hash starts with PREFIX
+switchyard usage [--team T] [--since 24h] [--hourly]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import re
+import sys
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+
+import redis
+import redis.asyncio
+
+from quota.keys import SyncKeyStore, UnknownTeam
+from quota.usage import UsageMeter, UsageRow, as_utc, sum_rows
+from switchyard.config import SwitchyardConfig
+
+HASH_PREFIX_CHARS = 12
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+
+
+def _unreachable(config: SwitchyardConfig, exc: Exception) -> int:
+    print(f"cannot reach redis at {config.redis.url} ({exc}); is the platform up (`make up`)?", file=sys.stderr)
+    return 1
+
+
+def keys_create(config: SwitchyardConfig, args: argparse.Namespace) -> int:
+    store = SyncKeyStore(redis.Redis.from_url(config.redis.url), config.teams)
+    try:
+        key = store.create(args.team)
+    except UnknownTeam as exc:
+        print(f"{exc}: add it under `teams:` first", file=sys.stderr)
+        return 2
+    except redis.RedisError as exc:
+        return _unreachable(config, exc)
+    print(key)
+    print(f"key for team {args.team!r}: shown once, only its hash is stored", file=sys.stderr)
+    return 0
+
+
+def keys_list(config: SwitchyardConfig, args: argparse.Namespace) -> int:
+    store = SyncKeyStore(redis.Redis.from_url(config.redis.url), config.teams)
+    try:
+        entries = store.list()
+    except redis.RedisError as exc:
+        return _unreachable(config, exc)
+    rows = [(e.team_id, e.key_hash[:HASH_PREFIX_CHARS], e.source) for e in entries]
+    print(format_table(("team", "key hash", "source"), rows))
+    return 0
+
+
+def keys_revoke(config: SwitchyardConfig, args: argparse.Namespace) -> int:
+    store = SyncKeyStore(redis.Redis.from_url(config.redis.url), config.teams)
+    try:
+        matches = [e for e in store.list() if e.source == "redis" and e.key_hash.startswith(args.prefix.lower())]
+        if len(matches) != 1:
+            found = "no key" if not matches else f"{len(matches)} keys"
+            print(f"{found} with a hash starting {args.prefix!r}; see `switchyard keys list`", file=sys.stderr)
+            return 2
+        store.revoke(matches[0].key_hash)
+    except redis.RedisError as exc:
+        return _unreachable(config, exc)
+    print(f"revoked key {matches[0].key_hash[:HASH_PREFIX_CHARS]} of team {matches[0].team_id!r}")
+    return 0
+
+
+def parse_since(text: str, now: datetime) -> datetime:
+    """`24h`, `30m`, `7d`, `2w` before `now`, or an ISO 8601 time (UTC unless it says)."""
+    match = _DURATION.match(text.strip())
+    if match:
+        return now - timedelta(**{_UNITS[match.group(2)]: float(match.group(1))})
+    try:
+        return as_utc(datetime.fromisoformat(text.strip()))
+    except ValueError:
+        raise ValueError(f"--since {text!r}: use a duration (24h, 30m, 7d) or an ISO time") from None
+
+
+def usage(config: SwitchyardConfig, args: argparse.Namespace) -> int:
+    now = datetime.now(UTC)
+    try:
+        start = parse_since(args.since, now)
+    except ValueError as exc:
+        print(str(exc), file=sys.stderr)
+        return 2
+    try:
+        rows = asyncio.run(_query_usage(config.redis.url, args.team, start, now, args.hourly))
+    except redis.RedisError as exc:
+        return _unreachable(config, exc)
+    print(f"usage from {start:%Y-%m-%d %H:%M} to {now:%Y-%m-%d %H:%M} UTC (whole hours that overlap)")
+    print(usage_table(rows, hourly=args.hourly))
+    return 0
+
+
+async def _query_usage(url: str, team: str | None, start: datetime, end: datetime, hourly: bool) -> list[UsageRow]:
+    client = redis.asyncio.Redis.from_url(url)
+    try:
+        return await UsageMeter(client).query(team, start, end, by_hour=hourly)
+    finally:
+        await client.aclose()
+
+
+def usage_table(rows: Sequence[UsageRow], hourly: bool = False) -> str:
+    head = ("team", *(("hour",) if hourly else ()), "model", "class", "requests", "prompt", "cached", "completion")
+    head = (*head, "cancelled", "kv token-s")
+    lines: list[tuple[str, ...]] = []
+    for r in rows:
+        hour = (f"{r.hour:%Y-%m-%d %H:00}",) if hourly and r.hour is not None else ()
+        counts = (r.requests, r.prompt_tokens, r.cached_tokens, r.completion_tokens, r.cancelled)
+        lines.append((r.team_id, *hour, r.model_id, r.request_class, *map(str, counts), f"{r.kv_token_seconds:.1f}"))
+    if rows:
+        totals = sum_rows(rows)
+        label = ("total", *([""] * (3 if hourly else 2)))
+        sums = [str(int(totals[m])) for m in ("requests", "prompt_tokens", "cached_tokens", "completion_tokens")]
+        lines.append((*label, *sums, str(int(totals["cancelled"])), f"{totals['kv_token_seconds']:.1f}"))
+    return format_table(head, lines) + ("" if rows else "\n(no usage)")
+
+
+def format_table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """Columns padded to their widest cell; numbers (cells of digits) right-aligned."""
+    widths = [max([len(h), *(len(row[i]) for row in rows)]) for i, h in enumerate(head)]
+
+    def line(cells: Sequence[str]) -> str:
+        padded = [c.rjust(w) if _numeric(c) else c.ljust(w) for c, w in zip(cells, widths, strict=True)]
+        return "  ".join(padded).rstrip()
+
+    return "\n".join([line(head), line(["-" * w for w in widths]), *(line(row) for row in rows)])
+
+
+def _numeric(cell: str) -> bool:
+    return bool(cell) and cell.replace(".", "", 1).isdigit()

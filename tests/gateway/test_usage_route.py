@@ -1,0 +1,131 @@
+"""GET /v1/usage on the real app (fake backend, real Redis): own team by default, the admin
+sees everyone, and the usage recorded through `Metering` is what the route and /metrics show."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
+import pytest
+import redis.asyncio
+from fastapi import FastAPI
+
+from gateway.auth import install_auth
+from gateway.metering import Metering, install_metering
+from quota.keys import KeyStore, hash_key
+from quota.usage import UsageMeter, UsageRecord
+from switchyard.config import TeamSpec
+
+ADMIN_KEY = "sy-admin-key-for-tests"
+
+
+@dataclass(frozen=True)
+class Wired:
+    metering: Metering
+    alpha: dict[str, str]
+    admin: dict[str, str]
+
+
+@pytest.fixture
+async def wired(app: FastAPI, redis_url: str) -> AsyncIterator[Wired]:
+    client = redis.asyncio.Redis.from_url(redis_url)
+    store = KeyStore(client, {"alpha": TeamSpec(), "beta": TeamSpec()}, admin_key_hash=hash_key(ADMIN_KEY))
+    install_auth(app, store)
+    metering = install_metering(app, UsageMeter(client))
+    alpha_key = await store.create("alpha")
+    yield Wired(metering, {"Authorization": f"Bearer {alpha_key}"}, {"Authorization": f"Bearer {ADMIN_KEY}"})
+    await client.aclose()
+
+
+def usage(team: str, cls: str = "interactive", **counts: Any) -> UsageRecord:
+    return UsageRecord(team_id=team, model_id="small", request_class=cls, **counts)
+
+
+async def test_a_team_sees_its_own_usage_of_today(client: httpx.AsyncClient, wired: Wired) -> None:
+    now = datetime.now(UTC)
+    await wired.metering.record(usage("alpha", prompt_tokens=12, cached_tokens=4, completion_tokens=3), now)
+    await wired.metering.record(usage("alpha", "bulk", completion_tokens=1), now)
+    await wired.metering.record(usage("beta", prompt_tokens=99), now)
+    await wired.metering.record(usage("alpha", prompt_tokens=1000), now - timedelta(days=2))
+
+    reply = await client.get("/v1/usage", headers=wired.alpha)
+    assert reply.status_code == 200, reply.text
+    body = reply.json()
+    assert body["team"] == "alpha" and body["granularity"] == "total"
+    assert datetime.fromisoformat(body["start"]) == now.replace(hour=0, minute=0, second=0, microsecond=0)
+    assert [(r["class"], r["requests"], r["prompt_tokens"], r["completion_tokens"]) for r in body["data"]] == [
+        ("bulk", 1, 0, 1),
+        ("interactive", 1, 12, 3),
+    ]
+    assert body["data"][1] | {"hour": None} == {
+        "team": "alpha",
+        "model": "small",
+        "class": "interactive",
+        "hour": None,
+        "requests": 1,
+        "prompt_tokens": 12,
+        "cached_tokens": 4,
+        "completion_tokens": 3,
+        "cancelled_requests": 0,
+        "kv_token_seconds": 0.0,
+    }
+
+    mine = await client.get("/v1/usage", params={"team": "alpha"}, headers=wired.alpha)
+    assert mine.json()["data"] == body["data"]
+    other = await client.get("/v1/usage", params={"team": "beta"}, headers=wired.alpha)
+    assert other.status_code == 403
+    assert other.json()["error"]["param"] == "team"
+
+
+async def test_admin_sees_every_team_over_any_range(client: httpx.AsyncClient, wired: Wired) -> None:
+    hour = datetime(2024, 1, 15, 9, tzinfo=UTC)
+    await wired.metering.record(usage("alpha", prompt_tokens=5), hour)
+    await wired.metering.record(usage("beta", prompt_tokens=7), hour + timedelta(days=60))
+    window = {"start": "2024-01-01", "end": "2024-04-01T00:00:00Z"}
+
+    everyone = await client.get("/v1/usage", params=window, headers=wired.admin)
+    assert everyone.status_code == 200, everyone.text
+    assert [(r["team"], r["prompt_tokens"]) for r in everyone.json()["data"]] == [("alpha", 5), ("beta", 7)]
+
+    beta = await client.get("/v1/usage", params={**window, "team": "beta", "granularity": "hour"}, headers=wired.admin)
+    (row,) = beta.json()["data"]
+    assert datetime.fromisoformat(row["hour"]) == hour + timedelta(days=60)
+
+    too_long = await client.get("/v1/usage", params=window, headers=wired.alpha)
+    assert too_long.status_code == 400
+    assert "at most 31 days" in too_long.json()["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("params", "param"),
+    [
+        ({"start": "2024-02-01", "end": "2024-01-01"}, "end"),
+        ({"start": "yesterday"}, "query.start"),  # errors.py keeps the "query." prefix
+        ({"granularity": "minute"}, "query.granularity"),
+    ],
+)
+async def test_bad_ranges_are_400(client: httpx.AsyncClient, wired: Wired, params: dict[str, str], param: str) -> None:
+    reply = await client.get("/v1/usage", params=params, headers=wired.alpha)
+    assert reply.status_code == 400
+    assert reply.json()["error"]["param"] == param
+
+
+async def test_usage_needs_a_key(client: httpx.AsyncClient, wired: Wired) -> None:
+    reply = await client.get("/v1/usage")
+    assert reply.status_code == 401
+    assert reply.json()["error"]["type"] == "authentication_error"
+
+
+async def test_metering_feeds_the_prometheus_counters_too(client: httpx.AsyncClient, wired: Wired) -> None:
+    record = UsageRecord(
+        team_id="alpha", model_id="small", request_class="bulk", prompt_tokens=9, cancelled=True, kv_token_seconds=2.5
+    )
+    await wired.metering.record(record, datetime.now(UTC))
+    text = (await client.get("/metrics")).text
+    labels = 'model="small",request_class="bulk",team="alpha"'
+    assert f"switchyard_usage_prompt_tokens_total{{{labels}}} 9.0" in text
+    assert f"switchyard_usage_cancelled_requests_total{{{labels}}} 1.0" in text
+    assert f"switchyard_usage_kv_token_seconds_total{{{labels}}} 2.5" in text
