@@ -1,0 +1,205 @@
+"""What the OpenAI-compatible routes share: their headers, answering only once the reply has
+started, how a request's end reads in OpenAI's words, and the streamed event loop.
+
+    X-Switchyard-Class: interactive|bulk    the request class (default interactive)
+    X-Request-Id: ID                        the request id (default: a new one); the reply's `id`
+                                            is `chatcmpl-ID` / `cmpl-ID`, DELETE /v1/generate/ID
+                                            cancels it
+
+    data: {chunk}          one per delta with text (chat: a first one with the role)
+    data: {chunk}          finish_reason set, empty text
+    data: {chunk}          with stream_options.include_usage: usage, no choices
+    data: [DONE]
+
+A failure after the first byte ends the stream with `event: error` and the usual error body;
+the SDK raises it as an `openai.APIError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from typing import Annotated, Any, Protocol
+
+from fastapi import Depends, Header, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import StreamingResponse
+from fastapi.routing import APIRoute
+from pydantic import BaseModel, TypeAdapter, ValidationError
+
+from gateway.backend import BackendError, RequestClass, Usage
+from gateway.errors import error_payload, error_response, invalid_request
+from gateway.openai_schemas import FinishReason
+from gateway.requests_registry import InflightRequest, RequestRegistry
+from gateway.schemas import RequestId
+from gateway.sse import DONE, HEARTBEAT, sse_event
+
+CLASS_HEADER = "X-Switchyard-Class"
+REQUEST_ID_HEADER = "X-Request-Id"
+
+# The engine's `cancelled` (a DELETE, or the client hung up) is a stop the client asked for;
+# OpenAI has no word for it, and clients that switch on finish_reason know only these.
+_FINISH_REASONS: dict[str, FinishReason] = {"stop": "stop", "length": "length", "cancelled": "stop"}
+_REQUEST_ID = TypeAdapter(RequestId)
+
+
+def request_class_header(x_switchyard_class: Annotated[str | None, Header()] = None) -> RequestClass:
+    if x_switchyard_class is None or x_switchyard_class == "interactive":
+        return "interactive"
+    if x_switchyard_class == "bulk":
+        return "bulk"
+    raise invalid_request(
+        f"header {CLASS_HEADER} must be 'interactive' or 'bulk'; got {x_switchyard_class!r}", CLASS_HEADER
+    )
+
+
+def request_id_header(x_request_id: Annotated[str | None, Header()] = None) -> str | None:
+    if x_request_id is None:
+        return None
+    try:
+        return _REQUEST_ID.validate_python(x_request_id)
+    except ValidationError:
+        raise invalid_request(
+            f"header {REQUEST_ID_HEADER} must be 1-128 characters from A-Z, a-z, 0-9 and . _ : -; got {x_request_id!r}",
+            REQUEST_ID_HEADER,
+        ) from None
+
+
+RequestClassHeader = Annotated[RequestClass, Depends(request_class_header)]
+RequestIdHeader = Annotated[str | None, Depends(request_id_header)]
+
+
+class OpenAIRoute(APIRoute):
+    """A route whose unknown body fields are refused in OpenAI's terms.
+
+    The app's handler (gateway/errors.py) names /v1/generate's fields as the known ones, which
+    would mislead here; OpenAI itself answers "unrecognized request argument"."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def handle(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except RequestValidationError as exc:
+                unknown = [_field(e["loc"]) for e in exc.errors() if e.get("type") == "extra_forbidden"]
+                if not unknown:
+                    raise
+                names = ", ".join(repr(name) for name in unknown)
+                what = f"field {names}: remove it" if len(unknown) == 1 else f"fields {names}: remove them"
+                raise invalid_request(
+                    f"unrecognized {what} (docs/openai.md lists the fields this gateway takes)", unknown[0]
+                ) from None
+
+        return handle
+
+
+def _field(loc: tuple[str | int, ...]) -> str:
+    return ".".join(str(part) for part in loc if part != "body")
+
+
+def finish_reason(entry: InflightRequest) -> FinishReason:
+    """How an ended request reads in OpenAI's words; raises its error, or a `BackendError`
+    when the engine aborted it (OpenAI has no such reason, and it is no normal end)."""
+    if entry.error is not None:
+        raise entry.error
+    reason = _FINISH_REASONS.get(entry.stop_reason or "")
+    if reason is None:
+        raise BackendError(f"the server ended the request without finishing it ({entry.stop_reason})")
+    return reason
+
+
+async def wait_until_ready(
+    request: Request, entry: InflightRequest, registry: RequestRegistry, stream: bool
+) -> Response | None:
+    """Hold the answer until the first text (streamed) or the end (whole), so a failure before
+    any byte is still an honest status. Raises that failure; returns the response to send
+    instead when the client left meanwhile (its request is cancelled), else None."""
+    ready = entry.wait_started() if stream else entry.wait_done()
+    if not await _unless_disconnected(request, ready):
+        await registry.cancel(entry.request_id)
+        headers = {REQUEST_ID_HEADER: entry.public_id}
+        return error_response(499, "client_closed_request", "the client closed the connection", None, headers)
+    if not entry.deltas and entry.done:
+        finish_reason(entry)  # raises a failure; a normal end with no text is streamed as usual
+    return None
+
+
+class ChunkWriter(Protocol):
+    """The SSE events of one route's stream, already framed."""
+
+    def opening(self) -> list[bytes]: ...
+
+    def text(self, text: str) -> bytes: ...
+
+    def finish(self, reason: FinishReason) -> bytes: ...
+
+    def usage(self, usage: Usage) -> bytes: ...
+
+
+def sse_data(chunk: BaseModel) -> bytes:
+    """One `data:` event; pydantic's JSON has no raw newline and keeps non-ASCII as is."""
+    return b"data: " + chunk.model_dump_json().encode() + b"\n\n"
+
+
+def sse_response(events: AsyncIterator[bytes], public_id: str) -> StreamingResponse:
+    headers = {REQUEST_ID_HEADER: public_id, "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    return StreamingResponse(events, media_type="text/event-stream", headers=headers)
+
+
+async def stream_chunks(
+    entry: InflightRequest,
+    registry: RequestRegistry,
+    writer: ChunkWriter,
+    include_usage: bool,
+    heartbeat_s: float,
+) -> AsyncIterator[bytes]:
+    """The SSE body of one request; closing it before the request ends (the client went away)
+    cancels the request, as on /v1/generate."""
+    seen = 0
+    try:
+        for event in writer.opening():
+            yield event
+        while True:
+            while seen < len(entry.deltas):
+                text = entry.deltas[seen].text
+                seen += 1
+                if text:  # a delta without text holds back part of a character
+                    yield writer.text(text)
+            if entry.done:
+                break
+            if not await entry.wait_changed(seen, timeout=heartbeat_s):
+                yield HEARTBEAT
+        try:
+            reason = finish_reason(entry)
+        except Exception as exc:  # the stream has started: report in-band
+            yield sse_event(error_payload(exc), event="error")
+            return
+        yield writer.finish(reason)
+        if include_usage:
+            yield writer.usage(entry.usage)
+        yield DONE
+    finally:
+        if not entry.done:
+            # We may be inside a cancelled scope here, so hand the cancel to its own task.
+            registry.cancel_soon(entry.request_id)
+
+
+async def _unless_disconnected(request: Request, awaitable: Awaitable[None]) -> bool:
+    """Await `awaitable` unless the client disconnects first; True if it completed.
+
+    Starlette watches for disconnects only while a streaming body is being sent. (The same
+    helper as routes/generate.py's, which is private to that module.)"""
+    waiter = asyncio.ensure_future(awaitable)
+    watcher = asyncio.ensure_future(_until_disconnected(request))
+    try:
+        await asyncio.wait({waiter, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (waiter, watcher):
+            task.cancel()
+    return waiter.done() and not waiter.cancelled()
+
+
+async def _until_disconnected(request: Request) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass

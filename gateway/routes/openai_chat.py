@@ -1,0 +1,140 @@
+"""POST /v1/chat/completions: messages rendered with the model's chat template, then generated
+like any prompt through `GenerationService`, streamed or whole."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Request, Response
+from fastapi.responses import JSONResponse
+
+from gateway.backend import Usage
+from gateway.chat_template import ChatMessage, ChatTemplates
+from gateway.deps import GenerationDep, RegistryDep, SettingsDep, get_services
+from gateway.errors import invalid_request
+from gateway.generation import GenerationInput, count_prompt_tokens
+from gateway.openai_schemas import (
+    ChatChoice,
+    ChatChunkChoice,
+    ChatCompletion,
+    ChatCompletionChunk,
+    ChatCompletionRequest,
+    ChatDelta,
+    ChatMessageOut,
+    CompletionUsage,
+    FinishReason,
+)
+from gateway.openai_serving import (
+    REQUEST_ID_HEADER,
+    OpenAIRoute,
+    RequestClassHeader,
+    RequestIdHeader,
+    finish_reason,
+    sse_data,
+    sse_response,
+    stream_chunks,
+    wait_until_ready,
+)
+from gateway.schemas import ErrorBody
+
+router = APIRouter(prefix="/v1/chat/completions", tags=["openai"], route_class=OpenAIRoute)
+
+_ERRORS: dict[int | str, dict[str, object]] = {code: {"model": ErrorBody} for code in (400, 404, 409, 502, 503)}
+# OpenAI's newer name for the system role; chat templates know only "system".
+_TEMPLATE_ROLES = {"developer": "system"}
+
+
+def get_chat_templates(request: Request) -> ChatTemplates:
+    """The app's chat templates, made on first use for the config the lifespan loaded (and
+    remade if a new lifespan loaded another), so each template is compiled once."""
+    config = get_services(request).config
+    templates = getattr(request.app.state, "chat_templates", None)
+    if not isinstance(templates, ChatTemplates) or templates.config is not config:
+        templates = ChatTemplates(config)
+        request.app.state.chat_templates = templates
+    return templates
+
+
+ChatTemplatesDep = Annotated[ChatTemplates, Depends(get_chat_templates)]
+
+
+@dataclass(frozen=True, slots=True)
+class ChatChunks:
+    """The streamed `chat.completion.chunk` events of one request."""
+
+    id: str
+    created: int
+    model: str
+
+    def opening(self) -> list[bytes]:
+        return [self._event([ChatChunkChoice(delta=ChatDelta(role="assistant", content=""))])]
+
+    def text(self, text: str) -> bytes:
+        return self._event([ChatChunkChoice(delta=ChatDelta(content=text))])
+
+    def finish(self, reason: FinishReason) -> bytes:
+        return self._event([ChatChunkChoice(delta=ChatDelta(), finish_reason=reason)])
+
+    def usage(self, usage: Usage) -> bytes:
+        return self._event([], CompletionUsage.of(usage))
+
+    def _event(self, choices: list[ChatChunkChoice], usage: CompletionUsage | None = None) -> bytes:
+        chunk = ChatCompletionChunk(id=self.id, created=self.created, model=self.model, choices=choices, usage=usage)
+        return sse_data(chunk)
+
+
+@router.post("", response_model=ChatCompletion, responses={**_ERRORS, 200: {"content": {"text/event-stream": {}}}})
+async def create_chat_completion(
+    body: ChatCompletionRequest,
+    request: Request,
+    generation: GenerationDep,
+    registry: RegistryDep,
+    settings: SettingsDep,
+    templates: ChatTemplatesDep,
+    request_class: RequestClassHeader,
+    request_id: RequestIdHeader,
+) -> Response:
+    """Reply to `messages`. Without max_tokens the reply may use the rest of the context."""
+    created = int(time.time())
+    model = generation.model(body.model)
+    messages = [ChatMessage(_TEMPLATE_ROLES.get(m.role, m.role), m.content) for m in body.messages]
+    prompt = templates.render(model, messages)
+    if not prompt:
+        raise invalid_request(f"model {body.model!r}'s chat template rendered these messages as nothing", "messages")
+    max_tokens = body.completion_limit
+    if max_tokens is None:
+        # Counted again by the service; a context check below 1 token is its to report.
+        max_tokens = max(1, model.max_context_tokens - await count_prompt_tokens(model, prompt))
+    entry = await generation.start(
+        GenerationInput(
+            model=body.model,
+            prompt=prompt,
+            max_tokens=max_tokens,
+            stop=tuple(body.stop),
+            request_class=request_class,
+            request_id=request_id,
+            temperature=body.temperature,
+            top_p=body.top_p,
+            top_k=body.top_k,
+            seed=body.seed,
+            ignore_eos=bool(body.ignore_eos),
+        )
+    )
+    stream = bool(body.stream)
+    closed = await wait_until_ready(request, entry, registry, stream)
+    if closed is not None:
+        return closed
+    chunks = ChatChunks(f"chatcmpl-{entry.public_id}", created, body.model)
+    if stream:
+        events = stream_chunks(entry, registry, chunks, body.include_usage, settings.sse_heartbeat_s)
+        return sse_response(events, entry.public_id)
+    reply = ChatCompletion(
+        id=chunks.id,
+        created=created,
+        model=body.model,
+        choices=[ChatChoice(message=ChatMessageOut(content=entry.text), finish_reason=finish_reason(entry))],
+        usage=CompletionUsage.of(entry.usage),
+    )
+    return JSONResponse(reply.model_dump(), headers={REQUEST_ID_HEADER: entry.public_id})

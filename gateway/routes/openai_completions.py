@@ -1,0 +1,99 @@
+"""POST /v1/completions: OpenAI's text completion over `GenerationService`, streamed or whole."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import JSONResponse
+
+from gateway.backend import Usage
+from gateway.deps import GenerationDep, RegistryDep, SettingsDep
+from gateway.generation import GenerationInput
+from gateway.openai_schemas import Completion, CompletionChoice, CompletionRequest, CompletionUsage, FinishReason
+from gateway.openai_serving import (
+    REQUEST_ID_HEADER,
+    OpenAIRoute,
+    RequestClassHeader,
+    RequestIdHeader,
+    finish_reason,
+    sse_data,
+    sse_response,
+    stream_chunks,
+    wait_until_ready,
+)
+from gateway.schemas import ErrorBody
+
+router = APIRouter(prefix="/v1/completions", tags=["openai"], route_class=OpenAIRoute)
+
+_ERRORS: dict[int | str, dict[str, object]] = {code: {"model": ErrorBody} for code in (400, 404, 409, 502, 503)}
+
+
+@dataclass(frozen=True, slots=True)
+class CompletionChunks:
+    """The streamed `text_completion` events of one request."""
+
+    id: str
+    created: int
+    model: str
+
+    def opening(self) -> list[bytes]:
+        return []
+
+    def text(self, text: str) -> bytes:
+        return self._event([CompletionChoice(text=text, finish_reason=None)])
+
+    def finish(self, reason: FinishReason) -> bytes:
+        return self._event([CompletionChoice(text="", finish_reason=reason)])
+
+    def usage(self, usage: Usage) -> bytes:
+        return self._event([], CompletionUsage.of(usage))
+
+    def _event(self, choices: list[CompletionChoice], usage: CompletionUsage | None = None) -> bytes:
+        return sse_data(Completion(id=self.id, created=self.created, model=self.model, choices=choices, usage=usage))
+
+
+@router.post("", response_model=Completion, responses={**_ERRORS, 200: {"content": {"text/event-stream": {}}}})
+async def create_completion(
+    body: CompletionRequest,
+    request: Request,
+    generation: GenerationDep,
+    registry: RegistryDep,
+    settings: SettingsDep,
+    request_class: RequestClassHeader,
+    request_id: RequestIdHeader,
+) -> Response:
+    """Complete `prompt`. The class comes from `X-Switchyard-Class`, the id from `X-Request-Id`."""
+    created = int(time.time())
+    entry = await generation.start(
+        GenerationInput(
+            model=body.model,
+            prompt=body.prompt,
+            max_tokens=body.max_tokens,
+            stop=tuple(body.stop),
+            request_class=request_class,
+            request_id=request_id,
+            temperature=body.temperature,
+            top_p=body.top_p,
+            top_k=body.top_k,
+            seed=body.seed,
+            ignore_eos=bool(body.ignore_eos),
+        )
+    )
+    stream = bool(body.stream)
+    closed = await wait_until_ready(request, entry, registry, stream)
+    if closed is not None:
+        return closed
+    chunks = CompletionChunks(f"cmpl-{entry.public_id}", created, body.model)
+    if stream:
+        events = stream_chunks(entry, registry, chunks, body.include_usage, settings.sse_heartbeat_s)
+        return sse_response(events, entry.public_id)
+    reply = Completion(
+        id=chunks.id,
+        created=created,
+        model=body.model,
+        choices=[CompletionChoice(text=entry.text, finish_reason=finish_reason(entry))],
+        usage=CompletionUsage.of(entry.usage),
+    )
+    return JSONResponse(reply.model_dump(), headers={REQUEST_ID_HEADER: entry.public_id})

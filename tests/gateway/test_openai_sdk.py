@@ -1,0 +1,152 @@
+"""The official `openai` SDK against the gateway under a real uvicorn (FakeBackend behind it):
+completions and chat, whole and streamed, usage, headers, and errors as the SDK's types."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+import uvicorn
+
+from build_engines.tokenizer import LLAMA_CHAT_TEMPLATE
+from gateway.app import create_app
+from gateway.backend import GenerationDelta
+from gateway.settings import GatewaySettings
+from switchyard.ports import free_ports
+
+MESSAGES: list[Any] = [{"role": "user", "content": "the quick fox"}]
+
+
+@pytest.fixture
+async def sdk(settings: GatewaySettings, backend: Any, config_path: Path) -> AsyncIterator[openai.AsyncOpenAI]:
+    """An SDK client for the gateway served by uvicorn on a free port."""
+    template = {"bos_token": "<s>", "eos_token": "</s>", "chat_template": LLAMA_CHAT_TEMPLATE}
+    (config_path.parent / "models" / "small" / "tokenizer_config.json").write_text(json.dumps(template))
+    app = create_app(settings, backend_factory=lambda config, settings: backend)
+    (port,) = free_ports(1)
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
+    serving = asyncio.create_task(server.serve())
+    try:
+        while not server.started:
+            assert not serving.done(), "uvicorn did not start"
+            await asyncio.sleep(0.01)
+        async with openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="test", max_retries=0) as client:
+            yield client
+    finally:
+        server.should_exit = True
+        await asyncio.wait_for(serving, timeout=5)
+
+
+async def test_completion(sdk: openai.AsyncOpenAI) -> None:
+    raw = await sdk.completions.with_raw_response.create(
+        model="small", prompt="the fox", max_tokens=9, extra_headers={"X-Request-Id": "sdk-1"}
+    )
+    assert raw.headers["x-request-id"] == "sdk-1"
+    completion = raw.parse()
+    assert completion.id == "cmpl-sdk-1"
+    assert completion.choices[0].text == "Hello, world"
+    assert completion.choices[0].finish_reason == "length"
+    assert completion.usage is not None
+    assert completion.usage.completion_tokens == 4
+    assert completion.usage.total_tokens == completion.usage.prompt_tokens + 4
+
+
+async def test_streamed_completion_with_usage(sdk: openai.AsyncOpenAI) -> None:
+    stream = await sdk.completions.create(
+        model="small", prompt="the fox", max_tokens=9, stream=True, stream_options={"include_usage": True}
+    )
+    chunks = [chunk async for chunk in stream]
+    assert "".join(c.choices[0].text for c in chunks if c.choices) == "Hello, world"
+    assert chunks[-2].choices[0].finish_reason == "length"
+    assert chunks[-1].choices == []
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 4
+
+
+async def test_chat_completion_with_class_header(sdk: openai.AsyncOpenAI, backend: Any) -> None:
+    reply = await sdk.chat.completions.create(
+        model="small",
+        messages=MESSAGES,
+        max_completion_tokens=9,
+        temperature=0.7,
+        seed=3,
+        stop=["\n\n"],
+        extra_headers={"X-Switchyard-Class": "bulk"},
+    )
+    assert reply.object == "chat.completion"
+    assert reply.choices[0].message.role == "assistant"
+    assert reply.choices[0].message.content == "Hello, world"
+    assert reply.choices[0].finish_reason == "length"
+    assert reply.usage is not None and reply.usage.prompt_tokens_details is not None
+    assert reply.usage.prompt_tokens_details.cached_tokens == 0
+    (sent,) = backend.requests
+    assert (sent.request_class, sent.max_tokens, sent.temperature, sent.seed, sent.stop) == (
+        "bulk",
+        9,
+        0.7,
+        3,
+        ("\n\n",),
+    )
+    assert sent.prompt == "<s>[INST] the quick fox [/INST]"
+
+
+async def test_streamed_chat_with_usage(sdk: openai.AsyncOpenAI) -> None:
+    stream = await sdk.chat.completions.create(
+        model="small", messages=MESSAGES, max_tokens=9, stream=True, stream_options={"include_usage": True}
+    )
+    chunks = [chunk async for chunk in stream]
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "Hello, world"
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 4
+
+
+async def test_models_list(sdk: openai.AsyncOpenAI) -> None:
+    assert [model.id async for model in sdk.models.list()] == ["small", "large"]
+
+
+async def test_bad_input_raises_bad_request_error(sdk: openai.AsyncOpenAI) -> None:
+    with pytest.raises(openai.BadRequestError) as raised:
+        await sdk.chat.completions.create(model="small", messages=MESSAGES, n=2)
+    assert (raised.value.type, raised.value.param) == ("invalid_request_error", "n")
+    with pytest.raises(openai.BadRequestError) as raised:
+        await sdk.completions.create(model="small", prompt="hi", extra_body={"temprature": 0.5})
+    assert "unrecognized field 'temprature'" in raised.value.message
+    with pytest.raises(openai.BadRequestError):
+        await sdk.chat.completions.create(model="small", messages=[{"role": "assistant", "content": "first"}])
+
+
+async def test_unknown_model_raises_not_found_error(sdk: openai.AsyncOpenAI) -> None:
+    with pytest.raises(openai.NotFoundError) as raised:
+        await sdk.completions.create(model="nope", prompt="hi", max_tokens=3)
+    assert raised.value.param == "model"
+    with pytest.raises(openai.NotFoundError):
+        await sdk.chat.completions.create(model="nope", messages=MESSAGES, stream=True)
+
+
+async def test_a_failure_mid_stream_raises_api_error(sdk: openai.AsyncOpenAI, backend: Any) -> None:
+    backend.deltas = [GenerationDelta(text="Hi", token_ids=(5,)), GenerationDelta(finish_reason="aborted")]
+    stream = await sdk.chat.completions.create(model="small", messages=MESSAGES, max_tokens=9, stream=True)
+    with pytest.raises(openai.APIError, match="aborted"):
+        async for _ in stream:
+            pass
+
+
+async def test_closing_the_stream_cancels_the_request(sdk: openai.AsyncOpenAI, backend: Any) -> None:
+    backend.hold_after = 2
+    stream = await sdk.chat.completions.create(
+        model="small", messages=MESSAGES, max_tokens=9, stream=True, extra_headers={"X-Request-Id": "walk-away"}
+    )
+    chunks = aiter(stream)
+    assert (await anext(chunks)).choices[0].delta.role == "assistant"
+    assert (await anext(chunks)).choices[0].delta.content == "Hello"
+    await stream.close()
+    for _ in range(200):
+        if backend.cancel_calls:
+            break
+        await asyncio.sleep(0.01)
+    assert backend.cancel_calls == ["walk-away"]
