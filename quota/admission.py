@@ -1,0 +1,257 @@
+"""Admission: may this team's request take this much KV in this pool now, and at what priority?
+
+    admit(team, pool, tokens, class)
+        │ reserve (one Redis script: share maths + lease, atomic across gateways)
+        ├─ ADMIT / BORROW ─────────────────────────────▶ Lease (borrowed: send at bulk priority)
+        ├─ REFUSE_TEAM / REFUSE_LIMIT ─────────────────▶ AdmissionRefused 429 + Retry-After
+        ├─ TOO_LARGE ──────────────────────────────────▶ AdmissionRefused 413 (param max_tokens)
+        └─ FLEET_FULL ─┬─ bulk ────────────────────────▶ AdmissionRefused 503 + Retry-After
+                       └─ interactive: wait in the pool's fair queue (marked waiting in Redis,
+                          so other teams stop borrowing), retry when room frees, and after
+                          `queue_timeout_s` ───────────▶ AdmissionRefused 503 + Retry-After
+
+The caller renews the lease while the request runs (`renewing`) and releases it at the end.
+Bulk never queues here: the bulk dispatcher retries later, and bulk is never admitted while
+interactive requests wait in the pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+
+import redis.asyncio
+from redis.exceptions import RedisError
+
+from quota.capacity import CapacitySource
+from quota.fair_queue import FairQueue
+from quota.leases import Lease, LeaseStore, ReserveOutcome, WaiterMark
+from quota.shares import Decision, ShareDecision, SharePolicy, TeamLimits, TeamLoad
+from switchyard.config import SwitchyardConfig
+
+logger = logging.getLogger(__name__)
+
+REQUEST_CLASSES = ("interactive", "bulk")
+# A queued request's waiting mark outlives its deadline by this much, so the mark is never
+# gone while the request still tries; a dead gateway's marks still go soon after.
+_WAIT_MARK_SLACK_S = 1.0
+
+
+class AdmissionRefused(Exception):
+    """The request may not run now. `status` is the HTTP status to answer (429: the team is
+    at its share or a limit; 503: the fleet is full; 413: the request exceeds a limit of the
+    team and never fits), `retry_after_s` the Retry-After header (None for 413)."""
+
+    def __init__(
+        self,
+        status: int,
+        retry_after_s: int | None,
+        message: str,
+        param: str | None = None,
+        decision: Decision = Decision.FLEET_FULL,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.retry_after_s = retry_after_s
+        self.message = message
+        self.param = param
+        self.decision = decision
+
+
+@dataclass(frozen=True, slots=True)
+class PoolSnapshot:
+    """For /metrics: a pool's capacity, the leases in force per team (as last seen in Redis,
+    every gateway's), and this process's queued requests per team."""
+
+    capacity_tokens: int
+    leases: dict[str, TeamLoad] = field(default_factory=dict)
+    queued: dict[str, int] = field(default_factory=dict)
+
+
+class Admission:
+    """Shares, leases and the fair queue behind one gateway process's admissions."""
+
+    def __init__(
+        self,
+        config: SwitchyardConfig,
+        client: redis.asyncio.Redis,
+        capacity: CapacitySource,
+        clock: Callable[[], float] = time.time,
+        *,
+        queue_poll_s: float = 0.05,
+        prefix: str = "sy:",
+    ) -> None:
+        """`clock` (epoch seconds) stamps leases, so every gateway must share one time base;
+        `queue_poll_s`: how often a queued request retries when nothing in this process woke
+        it (room also frees when other processes release)."""
+        self.policy = SharePolicy(
+            {team: spec.weight for team, spec in config.teams.items()},
+            {team: TeamLimits(spec.max_inflight_tokens, spec.tokens_per_day) for team, spec in config.teams.items()},
+        )
+        self.store = LeaseStore(client, self.policy, clock, prefix)
+        self._quota = config.quota
+        self._clock = clock
+        self._capacity = capacity
+        self._poll_s = queue_poll_s
+        self._queues = {pool_id: FairQueue() for pool_id in config.pools}
+        self._seen: dict[str, dict[str, TeamLoad]] = {}
+        capacity.subscribe(self._capacity_changed)
+
+    async def admit(
+        self, team_id: str, pool_id: str, tokens: int, request_class: str, *, expected_s: float | None = None
+    ) -> Lease:
+        """A lease for `tokens` of KV (prompt + max_tokens), or AdmissionRefused.
+
+        `expected_s`: how long the request should take, if the caller can tell; it makes a
+        refused team's Retry-After sharper (the lease TTL is assumed otherwise)."""
+        if request_class not in REQUEST_CLASSES:
+            raise ValueError(f"request_class must be one of {REQUEST_CLASSES}, got {request_class!r}")
+        if pool_id not in self._queues:
+            raise ValueError(f"unknown pool {pool_id!r}")
+        if team_id not in self.policy.weights:
+            raise ValueError(f"unknown team {team_id!r}")
+        interactive = request_class == "interactive"
+        may_wait = interactive and self._quota.queue_timeout_s > 0
+        mark = WaiterMark(uuid.uuid4().hex, self._clock() + self._quota.queue_timeout_s + _WAIT_MARK_SLACK_S)
+        # Every request tries at once, queue or no queue: a refusal (429) must not wait, and a
+        # request that fits now takes room the waiters' larger requests could not use.
+        outcome = await self._reserve(team_id, pool_id, tokens, interactive, expected_s, mark if may_wait else None)
+        if outcome.lease is not None:
+            return outcome.lease
+        if not may_wait or outcome.decision.decision is not Decision.FLEET_FULL:
+            raise _refusal(outcome.decision)
+        return await self._wait_for_room(team_id, pool_id, tokens, expected_s, mark, outcome.decision)
+
+    async def renew(self, lease: Lease) -> Lease:
+        """Extend the lease by the TTL from now (call it well within the TTL, e.g. `renewing`)."""
+        return await self.store.renew(lease, self._quota.lease_ttl_s)
+
+    async def release(self, lease: Lease) -> bool:
+        """Give the lease's tokens back (idempotent) and wake the pool's queue."""
+        released = await self.store.release(lease)
+        if lease.pool_id in self._queues:
+            self._queues[lease.pool_id].kick()
+        return released
+
+    @contextlib.asynccontextmanager
+    async def renewing(self, lease: Lease) -> AsyncIterator[None]:
+        """Renew `lease` every third of the TTL while the body runs (the caller releases)."""
+        task = asyncio.create_task(self._keep_alive(lease))
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    def snapshot(self) -> dict[str, PoolSnapshot]:
+        """Per pool, as last seen: no I/O, so /metrics can call it freely (see refresh_snapshot)."""
+        return {
+            pool_id: PoolSnapshot(
+                self._capacity.capacity(pool_id).capacity_tokens, self._seen.get(pool_id, {}), q.lengths()
+            )
+            for pool_id, q in self._queues.items()
+        }
+
+    async def refresh_snapshot(self) -> dict[str, PoolSnapshot]:
+        """Read every pool's leases from Redis (reclaiming expired ones), then `snapshot()`."""
+        for pool_id in self._queues:
+            self._seen[pool_id] = await self.store.loads(pool_id)
+        return self.snapshot()
+
+    async def _reserve(
+        self,
+        team_id: str,
+        pool_id: str,
+        tokens: int,
+        interactive: bool,
+        expected_s: float | None,
+        mark: WaiterMark | None,
+    ) -> ReserveOutcome:
+        outcome = await self.store.reserve(
+            team_id,
+            pool_id,
+            tokens,
+            self._quota.lease_ttl_s,
+            capacity_tokens=self._capacity.capacity(pool_id).capacity_tokens,
+            interactive=interactive,
+            expected_s=expected_s,
+            waiter=mark,
+        )
+        loads = dict(outcome.pool.loads)
+        if (lease := outcome.lease) is not None:
+            load = loads.get(team_id, TeamLoad())
+            owned, borrowed = (0, lease.tokens) if lease.borrowed else (lease.tokens, 0)
+            loads[team_id] = TeamLoad(load.owned_tokens + owned, load.borrowed_tokens + borrowed, load.waiters)
+        self._seen[pool_id] = loads
+        return outcome
+
+    async def _wait_for_room(
+        self,
+        team_id: str,
+        pool_id: str,
+        tokens: int,
+        expected_s: float | None,
+        mark: WaiterMark,
+        last: ShareDecision,
+    ) -> Lease:
+        """Queue in the pool's fair order until admitted, refused otherwise, or timed out (503).
+
+        Only the head of the queue tries again, when kicked (a release here, a capacity
+        change) or every `queue_poll_s` (releases by other gateways): the room that frees goes
+        to the waiters in fair order. The Redis waiting mark, set by the FLEET_FULL answer,
+        stops other teams borrowing meanwhile."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._quota.queue_timeout_s
+        waiter = self._queues[pool_id].join(team_id, tokens, self.policy.weights[team_id], kick=False)
+        served = False
+        try:
+            while (remaining := deadline - loop.time()) > 0:
+                await waiter.wait(min(self._poll_s, remaining))
+                if not waiter.is_head:
+                    continue
+                outcome = await self._reserve(team_id, pool_id, tokens, True, expected_s, mark)
+                if outcome.lease is not None:
+                    served = True
+                    return outcome.lease
+                if outcome.decision.decision is not Decision.FLEET_FULL:
+                    raise _refusal(outcome.decision)
+                last = outcome.decision
+        finally:
+            waiter.leave(served)
+            if not served:
+                with contextlib.suppress(RedisError):
+                    await self.store.unwait(pool_id, mark.waiter_id)
+        retry = last.retry_after_s or 1
+        raise AdmissionRefused(
+            503,
+            retry,
+            f"pool {pool_id!r} stayed full for {self._quota.queue_timeout_s:g} s while this request waited"
+            f" for {tokens} KV tokens: retry after {retry} s",
+        )
+
+    async def _keep_alive(self, lease: Lease) -> None:
+        while True:
+            await asyncio.sleep(self._quota.lease_ttl_s / 3)
+            try:
+                lease = await self.renew(lease)
+            except RedisError:
+                logger.warning("could not renew lease %s; retrying", lease.lease_id, exc_info=True)
+
+    def _capacity_changed(self, pool_id: str) -> None:
+        if pool_id in self._queues:
+            self._queues[pool_id].kick()
+
+
+def _refusal(decision: ShareDecision) -> AdmissionRefused:
+    """The HTTP answer for a refused decision."""
+    d = decision.decision
+    if d is Decision.TOO_LARGE:
+        return AdmissionRefused(413, None, decision.reason, "max_tokens", d)
+    status = 503 if d is Decision.FLEET_FULL else 429
+    return AdmissionRefused(status, decision.retry_after_s or 1, decision.reason, None, d)

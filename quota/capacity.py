@@ -1,0 +1,174 @@
+"""How many KV tokens each pool holds, read from its servers' engine metrics.
+
+Both engines export TensorRT-LLM's gauge (see `engine.stats`), one sample per block type:
+
+    nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="max",model="cpu_engine",version="1"} 5000
+    nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="tokens_per",model="cpu_engine",version="1"} 16
+
+A server holds max × tokens_per tokens (summed over the engine models it hosts); a pool holds
+the sum over its ready servers. A server that cannot be scraped, or exports no KV gauge yet
+(still loading), counts zero: admission must not lease memory that may not be there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from engine.stats import KV_CACHE_BLOCK_METRIC
+from switchyard.config import SwitchyardConfig
+
+
+@dataclass(frozen=True, slots=True)
+class KvCache:
+    """One server's KV cache in tokens. `free` counts cached blocks nobody holds (evictable)."""
+
+    capacity_tokens: int
+    free_tokens: int
+
+
+def parse_kv_cache(metrics_text: str) -> KvCache:
+    """The KV capacity and free tokens in one server's Prometheus metrics text."""
+    per_engine: dict[tuple[tuple[str, str], ...], dict[str, float]] = {}
+    for family in text_string_to_metric_families(metrics_text):
+        for sample in family.samples:
+            if sample.name != KV_CACHE_BLOCK_METRIC or "kv_cache_block_type" not in sample.labels:
+                continue
+            engine = tuple(sorted((k, v) for k, v in sample.labels.items() if k != "kv_cache_block_type"))
+            per_engine.setdefault(engine, {})[sample.labels["kv_cache_block_type"]] = sample.value
+    capacity = free = 0
+    for blocks in per_engine.values():
+        tokens_per = int(blocks.get("tokens_per", 0))
+        capacity += int(blocks.get("max", 0)) * tokens_per
+        free += int(blocks.get("free", 0)) * tokens_per
+    return KvCache(capacity, free)
+
+
+def parse_kv_capacity(metrics_text: str) -> int:
+    """Max blocks × tokens per block: the KV tokens one server holds (0 when it exports none)."""
+    return parse_kv_cache(metrics_text).capacity_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class PoolCapacity:
+    """A pool's KV tokens across its ready servers, as last observed."""
+
+    pool_id: str
+    capacity_tokens: int = 0
+    free_tokens: int = 0
+    ready_servers: int = 0
+    servers: int = 0
+
+
+class CapacitySource(Protocol):
+    """What admission needs to know of the fleet: capacity per pool, and when it changes."""
+
+    def capacity(self, pool_id: str) -> PoolCapacity: ...
+
+    def subscribe(self, listener: Callable[[str], None]) -> None:
+        """Call `listener(pool_id)` whenever the pool's capacity changes."""
+
+
+class StaticCapacity:
+    """Fixed capacities, changed by hand: for tests, the simulator and a fleet without metrics."""
+
+    def __init__(self, capacities: Mapping[str, int]) -> None:
+        self._capacities = dict(capacities)
+        self._listeners: list[Callable[[str], None]] = []
+
+    def capacity(self, pool_id: str) -> PoolCapacity:
+        tokens = self._capacities.get(pool_id, 0)
+        return PoolCapacity(pool_id, tokens, tokens, int(tokens > 0), int(tokens > 0))
+
+    def subscribe(self, listener: Callable[[str], None]) -> None:
+        self._listeners.append(listener)
+
+    def set(self, pool_id: str, capacity_tokens: int) -> None:
+        self._capacities[pool_id] = capacity_tokens
+        for listener in self._listeners:
+            listener(pool_id)
+
+
+def config_metrics_urls(config: SwitchyardConfig, host: str = "127.0.0.1") -> dict[str, list[str]]:
+    """Today's fleet: one Triton server per pool, on the pool's configured metrics port."""
+    return {pool_id: [f"http://{host}:{pool.ports.metrics}/metrics"] for pool_id, pool in config.pools.items()}
+
+
+class CapacityMonitor:
+    """Polls every server's metrics each `refresh_s` and keeps each pool's capacity.
+
+    `endpoints` returns the metrics URLs per pool at each refresh, so the server list can come
+    from the configuration today and from the router's registry later."""
+
+    def __init__(
+        self,
+        endpoints: Callable[[], Mapping[str, Sequence[str]]],
+        client: httpx.AsyncClient,
+        refresh_s: float,
+        timeout_s: float = 2.0,
+    ) -> None:
+        if refresh_s <= 0:
+            raise ValueError(f"refresh_s must be positive, got {refresh_s}")
+        self._endpoints = endpoints
+        self._client = client
+        self.refresh_s = refresh_s
+        self._timeout_s = min(timeout_s, refresh_s * 2)
+        self._pools: dict[str, PoolCapacity] = {}
+        self._listeners: list[Callable[[str], None]] = []
+
+    def capacity(self, pool_id: str) -> PoolCapacity:
+        """The last observation (zero before the first refresh: nothing is known to be there)."""
+        return self._pools.get(pool_id, PoolCapacity(pool_id))
+
+    def subscribe(self, listener: Callable[[str], None]) -> None:
+        self._listeners.append(listener)
+
+    async def refresh(self) -> dict[str, PoolCapacity]:
+        """Scrape every server once (concurrently) and update the pools; returns them."""
+        endpoints = {pool_id: list(urls) for pool_id, urls in self._endpoints().items()}
+        urls = [url for pool_urls in endpoints.values() for url in pool_urls]
+        caches = dict(zip(urls, await asyncio.gather(*(self._scrape(url) for url in urls)), strict=True))
+        pools: dict[str, PoolCapacity] = {}
+        for pool_id, pool_urls in endpoints.items():
+            ready = [cache for url in pool_urls if (cache := caches[url]) is not None and cache.capacity_tokens > 0]
+            pools[pool_id] = PoolCapacity(
+                pool_id,
+                capacity_tokens=sum(cache.capacity_tokens for cache in ready),
+                free_tokens=sum(cache.free_tokens for cache in ready),
+                ready_servers=len(ready),
+                servers=len(pool_urls),
+            )
+        changed = [
+            p
+            for p in pools.keys() | self._pools.keys()
+            if self._capacity_of(pools, p) != self._capacity_of(self._pools, p)
+        ]
+        self._pools = pools
+        for pool_id in sorted(changed):
+            for listener in self._listeners:
+                listener(pool_id)
+        return pools
+
+    async def run(self) -> None:
+        """Refresh every `refresh_s` until cancelled."""
+        while True:
+            await self.refresh()
+            await asyncio.sleep(self.refresh_s)
+
+    async def _scrape(self, url: str) -> KvCache | None:
+        try:
+            response = await self._client.get(url, timeout=self._timeout_s)
+            response.raise_for_status()
+            return parse_kv_cache(response.text)
+        except (httpx.HTTPError, ValueError):
+            return None  # unreachable or unreadable: counts zero
+
+    @staticmethod
+    def _capacity_of(pools: Mapping[str, PoolCapacity], pool_id: str) -> int:
+        pool = pools.get(pool_id)
+        return pool.capacity_tokens if pool is not None else 0

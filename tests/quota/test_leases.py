@@ -1,0 +1,203 @@
+"""LeaseStore against a real redis-server: share maths, lazy reclaim, renew, release, waiters,
+and the Lua script agreeing with SharePolicy on random states."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+
+import pytest
+import redis.asyncio as aioredis
+
+from quota.leases import Lease, LeaseStore, WaiterMark
+from quota.shares import Decision, SharePolicy, ShareRequest, TeamLimits, TeamLoad
+from quota.usage import day_key
+
+pytestmark = pytest.mark.integration
+
+T0 = datetime(2025, 3, 4, 12, 0, tzinfo=UTC).timestamp()
+WEIGHTS = {"a": 1.0, "b": 3.0, "c": 4.0}
+
+
+class FakeClock:
+    def __init__(self, now: float = T0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture()
+async def client(redis_url: str) -> AsyncIterator[aioredis.Redis]:
+    client = aioredis.Redis.from_url(redis_url)
+    yield client
+    await client.aclose()
+
+
+def store_for(client: aioredis.Redis, clock: FakeClock, limits: dict[str, TeamLimits] | None = None) -> LeaseStore:
+    return LeaseStore(client, SharePolicy(WEIGHTS, limits), clock)
+
+
+async def test_share_maths_with_three_teams_through_redis(client: aioredis.Redis) -> None:
+    clock = FakeClock()
+    store = store_for(client, clock)
+
+    async def reserve(team: str, tokens: int, interactive: bool = True) -> Decision:
+        outcome = await store.reserve(team, "small", tokens, 30, capacity_tokens=8000, interactive=interactive)
+        return outcome.decision.decision
+
+    assert await reserve("a", 6000) is Decision.ADMIT  # alone: its share is the whole pool
+    assert await reserve("b", 1500) is Decision.ADMIT  # b's share beside a: 6,000
+    assert await store.in_use("small") == {"a": 6000, "b": 1500}
+    assert await reserve("b", 501) is Decision.FLEET_FULL  # within share, but a's leases fill the pool
+    assert await reserve("a", 100) is Decision.BORROW  # a is over its 2,000 share; the room is idle
+    mark = WaiterMark("b-waits", T0 + 5)
+    queued = await store.reserve("b", "small", 501, 30, capacity_tokens=8000, waiter=mark)
+    assert queued.decision.decision is Decision.FLEET_FULL
+    refused = await store.reserve("a", "small", 100, 30, capacity_tokens=8000)
+    assert (refused.decision.decision, refused.decision.share_tokens) == (Decision.REFUSE_TEAM, 2000.0)
+    assert refused.decision.retry_after_s == 30  # its leases end with their TTL (no expected_s given)
+    assert await reserve("c", 400, interactive=False) is Decision.FLEET_FULL  # bulk waits behind b
+    await store.unwait("small", "b-waits")
+    assert await reserve("c", 401, interactive=False) is Decision.FLEET_FULL  # bulk needs unleased room
+    assert await reserve("c", 400, interactive=False) is Decision.ADMIT
+    assert await store.in_use("small") == {"a": 6100, "b": 1500, "c": 400}
+
+
+async def test_borrowed_leases_are_marked_and_give_way_to_interactive_owners(client: aioredis.Redis) -> None:
+    clock = FakeClock()
+    store = store_for(client, clock)
+    await store.reserve("c", "small", 100, 30, capacity_tokens=8000)
+    # a's share beside c is 1,600: 1,500 is its own, the next 4,000 are borrowed.
+    own = await store.reserve("a", "small", 1500, 30, capacity_tokens=8000)
+    borrowed = await store.reserve("a", "small", 4000, 30, capacity_tokens=8000)
+    assert own.lease is not None and not own.lease.borrowed
+    assert borrowed.lease is not None and borrowed.lease.borrowed
+    assert await store.loads("small") == {"a": TeamLoad(1500, 4000), "c": TeamLoad(100)}
+    # b (share 3,000) takes room a borrowed, as interactive; not as bulk.
+    bulk = await store.reserve("b", "small", 3000, 30, capacity_tokens=8000, interactive=False)
+    assert bulk.decision.decision is Decision.FLEET_FULL
+    interactive = await store.reserve("b", "small", 3000, 30, capacity_tokens=8000)
+    assert interactive.decision.decision is Decision.ADMIT
+
+
+async def test_expired_leases_are_reclaimed_by_the_next_script(client: aioredis.Redis) -> None:
+    clock = FakeClock()
+    store = store_for(client, clock, {"a": TeamLimits(max_inflight_tokens=1000)})
+    await store.reserve("a", "small", 700, 10, capacity_tokens=1000)
+    await store.reserve("a", "large", 300, 20, capacity_tokens=1000)
+    refused = await store.reserve("a", "small", 1, 10, capacity_tokens=1000)
+    assert refused.decision.decision is Decision.REFUSE_LIMIT  # 1,000 in flight across both pools
+    assert refused.decision.retry_after_s == 10
+    clock.now = T0 + 10.0  # expires_at <= now: gone
+    assert await store.in_use("small") == {}
+    assert await store.in_use("large") == {"a": 300}  # reclaimed leases of every pool go at once
+    assert (await store.reserve("a", "large", 700, 10, capacity_tokens=1000)).lease is not None
+    assert await client.hgetall("sy:team_inflight") == {b"a": b"1000"}
+
+
+async def test_renew_extends_and_restores_a_reclaimed_lease(client: aioredis.Redis) -> None:
+    clock = FakeClock()
+    store = store_for(client, clock)
+    lease = (await store.reserve("b", "small", 400, 10, capacity_tokens=1000)).lease
+    assert lease is not None and lease.expires_at == T0 + 10
+    clock.now = T0 + 8
+    renewed = await store.renew(lease, 10)
+    assert renewed.expires_at == T0 + 18
+    clock.now = T0 + 15
+    assert await store.in_use("small") == {"b": 400}
+    clock.now = T0 + 30  # the holder stalled: reclaimed...
+    assert await store.in_use("small") == {}
+    restored = await store.renew(renewed, 10)  # ...but its request still runs: counted again
+    assert restored.expires_at == T0 + 40
+    assert await store.in_use("small") == {"b": 400}
+    assert await store.release(restored) is True
+    assert await store.in_use("small") == {}
+
+
+async def test_release_is_idempotent(client: aioredis.Redis) -> None:
+    store = store_for(client, FakeClock())
+    lease = (await store.reserve("a", "small", 250, 30, capacity_tokens=1000)).lease
+    assert lease is not None
+    assert await store.release(lease) is True
+    assert await store.release(lease) is False
+    assert await store.release(Lease("never-taken", "a", "small", 250, False, T0)) is False
+    assert await store.in_use("small") == {}
+    assert await client.keys("sy:*") == []  # nothing left behind
+
+
+async def test_waiter_marks_stop_other_teams_borrowing_until_they_expire(client: aioredis.Redis) -> None:
+    clock = FakeClock()
+    store = store_for(client, clock)
+    await store.reserve("a", "small", 900, 30, capacity_tokens=1000)  # alone: all of it
+    mark = WaiterMark("w1", T0 + 5)
+    waiting = await store.reserve("b", "small", 300, 30, capacity_tokens=1000, waiter=mark)
+    assert waiting.decision.decision is Decision.FLEET_FULL
+    assert (await store.loads("small"))["b"] == TeamLoad(waiters=1)
+    # The same waiter trying again is still one waiter.
+    await store.reserve("b", "small", 300, 30, capacity_tokens=1000, waiter=mark)
+    assert (await store.loads("small"))["b"] == TeamLoad(waiters=1)
+    # a is over its share (250) and b waits: refused, though 100 tokens are free.
+    assert (await store.reserve("a", "small", 50, 30, capacity_tokens=1000)).decision.decision is Decision.REFUSE_TEAM
+    clock.now = T0 + 5
+    assert "b" not in await store.loads("small")  # b's wait is over: a is alone again
+    assert (await store.reserve("a", "small", 50, 30, capacity_tokens=1000)).decision.decision is Decision.ADMIT
+    # unwait clears a mark at once; an admission clears its own waiter's mark.
+    await store.reserve("c", "small", 700, 30, capacity_tokens=1000, waiter=WaiterMark("w2", T0 + 60))
+    assert (await store.loads("small"))["c"] == TeamLoad(waiters=1)
+    await store.unwait("small", "w2")
+    assert "c" not in await store.loads("small")
+    await store.reserve("c", "small", 700, 30, capacity_tokens=1000, waiter=WaiterMark("w3", T0 + 60))
+    await store.reserve("c", "small", 700, 30, capacity_tokens=2000, waiter=WaiterMark("w3", T0 + 60))
+    assert (await store.loads("small"))["c"] == TeamLoad(owned_tokens=700)
+
+
+async def test_tokens_per_day_counts_metered_usage_and_leases_in_flight(client: aioredis.Redis) -> None:
+    clock = FakeClock()
+    store = store_for(client, clock, {"a": TeamLimits(tokens_per_day=5000)})
+    await client.set(day_key("a", datetime.fromtimestamp(T0, UTC)), 4000)
+    assert (await store.reserve("a", "small", 600, 30, capacity_tokens=8000)).lease is not None
+    refused = await store.reserve("a", "small", 600, 30, capacity_tokens=8000)
+    assert (refused.decision.decision, refused.decision.retry_after_s) == (Decision.REFUSE_LIMIT, 30)
+    await client.set(day_key("a", datetime.fromtimestamp(T0, UTC)), 4900)
+    refused = await store.reserve("a", "small", 200, 30, capacity_tokens=8000)
+    assert refused.decision.retry_after_s == 12 * 3600  # T0 is noon UTC: until midnight
+    assert refused.usage.tokens_today == 4900
+
+
+async def test_script_agrees_with_share_policy_on_random_states(client: aioredis.Redis) -> None:
+    """Random reserves, releases, expiries and waiters: each decision the script applied is the
+    one SharePolicy takes on the state the script saw, and that state is what was leased."""
+    rng = random.Random(7)
+    clock = FakeClock()
+    limits = {"a": TeamLimits(max_inflight_tokens=3000), "c": TeamLimits(tokens_per_day=20_000)}
+    store = store_for(client, clock, limits)
+    policy = SharePolicy(WEIGHTS, limits)
+    held: dict[str, Lease] = {}
+    seen = set()
+    for step in range(400):
+        clock.now += rng.uniform(0, 0.5)
+        if held and rng.random() < 0.3:
+            lease = held.pop(rng.choice(sorted(held)))
+            await store.release(lease)
+            continue
+        team = rng.choice("abc")
+        interactive = rng.random() < 0.7
+        tokens = rng.randint(1, 1500)
+        capacity = rng.choice([4000, 6000, 8000])
+        mark = WaiterMark(f"w{step}", clock.now + rng.uniform(0, 3)) if interactive and rng.random() < 0.3 else None
+        outcome = await store.reserve(
+            team, "small", tokens, rng.uniform(1, 20), capacity_tokens=capacity, interactive=interactive, waiter=mark
+        )
+        held = {lid: lease for lid, lease in held.items() if lease.expires_at > clock.now}
+        owned = {t: sum(x.tokens for x in held.values() if x.team_id == t and not x.borrowed) for t in "abc"}
+        assert {t: load.owned_tokens for t, load in outcome.pool.loads.items() if load.owned_tokens} == {
+            t: n for t, n in owned.items() if n
+        }
+        expected = policy.decide(ShareRequest(team, tokens, interactive), outcome.pool, outcome.usage, clock.now)
+        assert outcome.decision == expected
+        seen.add(expected.decision)
+        if outcome.lease is not None:
+            held[outcome.lease.lease_id] = outcome.lease
+    assert seen == {Decision.ADMIT, Decision.BORROW, Decision.REFUSE_TEAM, Decision.REFUSE_LIMIT, Decision.FLEET_FULL}
