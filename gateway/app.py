@@ -1,26 +1,40 @@
 """`create_app()`: the gateway's FastAPI application.
 
 Nothing happens at import time. `create_app` wires routes, error handlers and a Prometheus
-registry; the lifespan loads `switchyard.yaml`, the models' tokenizers and the backend (one
-Triton gRPC client per pool), and tears them down at shutdown.
+registry; the lifespan loads `switchyard.yaml`, the models' tokenizers, the backend (one Triton
+gRPC client per pool) and the Redis-backed parts every gateway process shares (keys, leases,
+usage, request records, the cancel bus), and tears them down at shutdown.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import httpx
+import redis.asyncio as aioredis
 from fastapi import FastAPI
 
+from gateway.auth import install_auth
 from gateway.backend import BackendFactory, GenerationBackend
+from gateway.cancel_bus import CancelBus
 from gateway.catalog import ModelCatalog
 from gateway.deps import Services
 from gateway.errors import install_error_handlers
 from gateway.generation import GenerationService
+from gateway.idempotency import IdempotencyStore
+from gateway.metering import install_metering
 from gateway.metrics import GatewayMetrics
 from gateway.requests_registry import RequestRegistry
 from gateway.routes import api_router
 from gateway.settings import GatewaySettings
+from quota.admission import Admission
+from quota.capacity import CapacityMonitor, CapacitySource, config_metrics_urls
+from quota.key_files import load_admin_key_hash
+from quota.keys import KeyStore
+from quota.usage import UsageMeter
 from switchyard.config import SwitchyardConfig, load_config
 
 
@@ -31,15 +45,32 @@ def triton_backend_factory(config: SwitchyardConfig, settings: GatewaySettings) 
     return TritonBackend.from_config(config, host=settings.triton_host, retry_after_s=settings.retry_after_s)
 
 
+@contextlib.asynccontextmanager
+async def _polled_capacity(config: SwitchyardConfig) -> AsyncIterator[CapacitySource]:
+    """Each pool's KV capacity from its servers' metrics, refreshed in the background."""
+    async with httpx.AsyncClient() as client:
+        monitor = CapacityMonitor(lambda: config_metrics_urls(config), client, config.quota.capacity_refresh_s)
+        await monitor.refresh()
+        task = asyncio.create_task(monitor.run(), name="capacity-monitor")
+        try:
+            yield monitor
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
 def create_app(
     settings: GatewaySettings | None = None,
     backend_factory: BackendFactory | None = None,
     config: SwitchyardConfig | None = None,
+    capacity: CapacitySource | None = None,
 ) -> FastAPI:
     """Build the gateway app.
 
     `settings` default to the environment (`SWITCHYARD_*`); `backend_factory` to Triton;
-    `config`, when given, is used instead of loading `settings.config` (the CLI has loaded it).
+    `config`, when given, is used instead of loading `settings.config` (the CLI has loaded it);
+    `capacity` to polling each pool's server metrics (tests pass a fixed one).
     """
     settings = settings if settings is not None else GatewaySettings()
     make_backend = backend_factory if backend_factory is not None else triton_backend_factory
@@ -50,13 +81,34 @@ def create_app(
         catalog = ModelCatalog.load(loaded)
         backend = make_backend(loaded, settings)
         registry = RequestRegistry(backend, app.state.metrics, cancel_grace_s=settings.cancel_grace_s)
-        app.state.services = Services(loaded, catalog, backend, registry, GenerationService(catalog, registry))
-        try:
-            yield
-        finally:
-            del app.state.services
-            await registry.close()
-            await backend.close()
+        # Short timeouts and no retries: a Redis outage is a quick 503, not a hung request.
+        redis_client = aioredis.Redis.from_url(
+            loaded.redis.url, socket_timeout=2.0, socket_connect_timeout=2.0, retry_on_timeout=False
+        )
+        install_auth(app, KeyStore(redis_client, loaded.teams, load_admin_key_hash(loaded.var_path)))
+        metering = install_metering(app, UsageMeter(redis_client))
+        async with contextlib.AsyncExitStack() as stack:
+            source = capacity if capacity is not None else await stack.enter_async_context(_polled_capacity(loaded))
+            cancel_bus = CancelBus(redis_client, registry.cancel)
+            await cancel_bus.start()
+            stack.push_async_callback(cancel_bus.close)
+            generation = GenerationService(
+                loaded,
+                catalog,
+                registry,
+                idempotency=IdempotencyStore(redis_client),
+                admission=Admission(loaded, redis_client, source),
+                metering=metering,
+                cancel_bus=cancel_bus,
+            )
+            app.state.services = Services(loaded, catalog, backend, registry, generation)
+            try:
+                yield
+            finally:
+                del app.state.services
+                await registry.close()
+                await backend.close()
+                await redis_client.aclose()
 
     app = FastAPI(title="Switchyard gateway", version="0.1.0", lifespan=lifespan)
     app.state.settings = settings

@@ -1,24 +1,41 @@
 """Accepting one generation, whichever API it came through (`/v1/generate`, the OpenAI-style
-routes): look the model up, check the context, and start it in the registry.
+routes): every rule about what may run lives here, so the surfaces cannot drift apart.
 
-    route ──GenerationInput──▶ GenerationService.start() ──▶ InflightRequest (read by the route)
-                                 model known? context fits?    the registry's pump task
-                                 id free?                      streams the backend's deltas
-
-Routes only translate their own request and response shapes; every rule about what may run
-lives here, so the surfaces cannot drift apart.
+    route ──(team, GenerationInput)──▶ GenerationService.start()
+        model known (404)? team may use it (403)? context fits (400)?
+        claim (team, request_id) ── same id, other body: 409
+                                 ── already running / done: attach to it (replay, then follow)
+        admission: a lease on prompt + max_tokens of KV ── 429 / 503 with Retry-After
+        registry.start() ──▶ InflightRequest, read by the route
+            as it runs:  each delta recorded for repeats; the lease renewed
+            at the end:  final result stored, lease released, usage metered
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
 import uuid
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
 
-from gateway.backend import GenerationRequest, RequestClass
+from gateway.auth import Principal, require_model_access
+from gateway.backend import BackendError, GenerationDelta, GenerationRequest, RequestClass, Usage
+from gateway.cancel_bus import CancelBus
 from gateway.catalog import ModelCatalog, ServedModel
-from gateway.errors import invalid_request, model_not_found, request_conflict
+from gateway.errors import ApiError, invalid_request, model_not_found
+from gateway.idempotency import ClaimState, IdempotencyStore, StoredDelta
+from gateway.metering import Metering
 from gateway.requests_registry import InflightRequest, RequestIdInUse, RequestRegistry
+from quota.admission import Admission, AdmissionRefused
+from quota.leases import Lease
+from quota.usage import UsageRecord
+from switchyard.config import SwitchyardConfig
+
+logger = logging.getLogger(__name__)
 
 # Tokenizing a prompt this long takes milliseconds: do it off the event loop, so the streams
 # this gateway is serving keep their pace.
@@ -27,13 +44,14 @@ _TOKENIZE_IN_THREAD_CHARS = 4096
 
 @dataclass(frozen=True, slots=True)
 class GenerationInput:
-    """What a caller asked for, already validated for types and ranges at the HTTP edge."""
+    """What a caller asked for, already validated for types and ranges at the HTTP edge.
+    `request_class` None: the team's default."""
 
     model: str
     prompt: str
     max_tokens: int
     stop: tuple[str, ...] = ()
-    request_class: RequestClass = "interactive"
+    request_class: RequestClass | None = None
     request_id: str | None = None
     temperature: float | None = None
     top_p: float | None = None
@@ -42,12 +60,34 @@ class GenerationInput:
     ignore_eos: bool = False
 
 
-class GenerationService:
-    """Starts generations; raises the API's errors (404 model, 400 context, 409 id)."""
+def scoped_id(team_id: str, request_id: str) -> str:
+    """Request ids are the caller's, per team: two teams may both send `r-1`."""
+    return f"{team_id}/{request_id}"
 
-    def __init__(self, catalog: ModelCatalog, registry: RequestRegistry) -> None:
+
+class GenerationService:
+    """Starts (or attaches to) generations; raises the API's errors."""
+
+    def __init__(
+        self,
+        config: SwitchyardConfig,
+        catalog: ModelCatalog,
+        registry: RequestRegistry,
+        *,
+        idempotency: IdempotencyStore,
+        admission: Admission,
+        metering: Metering,
+        cancel_bus: CancelBus,
+        attach_idle_timeout_s: float = 60.0,
+    ) -> None:
+        self._config = config
         self._catalog = catalog
         self._registry = registry
+        self._idempotency = idempotency
+        self._admission = admission
+        self._metering = metering
+        self._cancel_bus = cancel_bus
+        self._attach_idle_timeout_s = attach_idle_timeout_s
 
     def model(self, model_id: str) -> ServedModel:
         model = self._catalog.get(model_id)
@@ -55,30 +95,176 @@ class GenerationService:
             raise model_not_found(model_id, self._catalog.ids())
         return model
 
-    async def start(self, inp: GenerationInput) -> InflightRequest:
+    async def start(self, principal: Principal, inp: GenerationInput, digest: str) -> InflightRequest:
+        """A running (or replayed) generation for this team's request; `digest` fingerprints
+        the body, so a repeated id with another body is refused."""
         model = self.model(inp.model)
-        request_id = inp.request_id or uuid.uuid4().hex
-        if self._registry.get(request_id) is not None:
-            raise request_conflict(request_id)
+        team_id = require_model_access(principal, principal.team, inp.model)
+        assert principal.team is not None
+        request_class = inp.request_class or principal.team.default_class
         prompt_tokens = await count_prompt_tokens(model, inp.prompt)
         check_context(model, prompt_tokens, inp.max_tokens)
+        public_id = inp.request_id or uuid.uuid4().hex
+        scoped = scoped_id(team_id, public_id)
+
+        local = self._registry.get(scoped)
+        claim = await self._idempotency.claim(team_id, public_id, digest)
+        if claim.state is ClaimState.CONFLICT:
+            raise ApiError(
+                409, "conflict_error",
+                f"request_id {public_id!r} was already used with a different body; send a new request_id",
+                "request_id",
+            )  # fmt: skip
+        if claim.state is not ClaimState.NEW:
+            if local is not None:  # running in this process: one more reader of it
+                return local
+            return self._registry.attach(
+                scoped, public_id, model.model_id, self._replay(team_id, public_id, self._attach_idle_timeout_s)
+            )
+
+        pool_id = self._pool_for(model.model_id)
+        try:
+            lease = await self._admission.admit(team_id, pool_id, prompt_tokens + inp.max_tokens, request_class)
+        except AdmissionRefused as refused:
+            await self._idempotency.forget(team_id, public_id)  # a retry with this id may run
+            headers = {"Retry-After": str(refused.retry_after_s)} if refused.retry_after_s is not None else None
+            status_type = {429: "rate_limit_error", 503: "service_unavailable", 413: "request_too_large"}
+            raise ApiError(
+                refused.status, status_type.get(refused.status, "rate_limit_error"), refused.message,
+                refused.param, headers,
+            ) from None  # fmt: skip
         request = GenerationRequest(
-            request_id=request_id,
-            model_id=inp.model,
+            request_id=scoped,
+            model_id=model.model_id,
             prompt=inp.prompt,
             max_tokens=inp.max_tokens,
             stop=inp.stop,
-            request_class=inp.request_class,
+            # Borrowed capacity runs at bulk priority: the first the engine preempts when
+            # owners return.
+            request_class="bulk" if lease.borrowed else request_class,
             temperature=inp.temperature,
             top_p=inp.top_p,
             top_k=inp.top_k,
             seed=inp.seed,
             ignore_eos=inp.ignore_eos,
+            cache_namespace=team_id,
         )
+        hooks = _Hooks(self._idempotency, self._admission, self._metering, team_id, public_id, request_class, lease)
         try:
-            return self._registry.start(request, prompt_tokens)
+            entry = self._registry.start(request, prompt_tokens, public_id=public_id, hooks=hooks)
         except RequestIdInUse:
-            raise request_conflict(request_id) from None
+            await self._admission.release(lease)
+            raise ApiError(409, "conflict_error", f"request_id {public_id!r} is in flight", "request_id") from None
+        hooks.keep_lease_alive(entry)
+        return entry
+
+    async def cancel(self, principal: Principal, public_id: str) -> InflightRequest | None:
+        """Cancel a team's request wherever it runs and return it as it ended; None when the
+        team has no such request."""
+        if principal.team_id is None:
+            return None
+        scoped = scoped_id(principal.team_id, public_id)
+        entry = await self._registry.cancel(scoped)
+        if entry is not None:
+            return entry
+        state = await self._idempotency.state(principal.team_id, public_id)
+        if state is None:
+            return None
+        if state is ClaimState.RUNNING:  # another gateway process owns it: ask them all
+            await self._cancel_bus.publish(scoped)
+        ended = self._registry.attach(scoped, public_id, "", self._replay(principal.team_id, public_id, 10.0))
+        await ended.wait_done()
+        return ended
+
+    def _pool_for(self, model_id: str) -> str:
+        pools = self._config.pools_for_model(model_id)
+        if not pools:
+            raise ApiError(503, "service_unavailable", f"no pool serves model {model_id!r}", "model")
+        return pools[0]
+
+    async def _replay(self, team_id: str, public_id: str, idle_timeout_s: float) -> AsyncIterator[GenerationDelta]:
+        """A generation recorded in Redis, from its first delta, as backend deltas."""
+        try:
+            async for stored in self._idempotency.follow(team_id, public_id, idle_timeout_s=idle_timeout_s):
+                yield _as_delta(stored)
+        except TimeoutError as exc:  # its owner died mid-way: the record never ends
+            raise BackendError(f"{exc}; the gateway running it is gone: retry with a new request_id") from None
+
+
+def _as_delta(stored: StoredDelta) -> GenerationDelta:
+    if stored.final is None:
+        return GenerationDelta(stored.text, stored.token_ids)
+    usage = Usage(**stored.final.get("usage", {}))
+    return GenerationDelta(finish_reason=stored.final.get("stop_reason") or "aborted", usage=usage)
+
+
+class _Hooks:
+    """One accepted request's bookkeeping: its record for repeats, its lease, its usage."""
+
+    def __init__(
+        self,
+        idempotency: IdempotencyStore,
+        admission: Admission,
+        metering: Metering,
+        team_id: str,
+        public_id: str,
+        request_class: str,
+        lease: Lease,
+    ) -> None:
+        self._idempotency = idempotency
+        self._admission = admission
+        self._metering = metering
+        self._team_id = team_id
+        self._public_id = public_id
+        self._request_class = request_class
+        self._lease = lease
+        self._renewer: asyncio.Task[None] | None = None
+
+    def keep_lease_alive(self, entry: InflightRequest) -> None:
+        self._renewer = asyncio.create_task(self._renew(entry))
+
+    async def _renew(self, entry: InflightRequest) -> None:
+        async with self._admission.renewing(self._lease):
+            await entry.wait_done()
+
+    async def on_delta(self, entry: InflightRequest, delta: GenerationDelta) -> None:
+        await self._idempotency.record_delta(self._team_id, self._public_id, delta.text, delta.token_ids)
+
+    async def on_finish(self, entry: InflightRequest) -> None:
+        if self._renewer is not None:
+            self._renewer.cancel()
+        ended = time.monotonic()
+        result: dict[str, Any] = {
+            "stop_reason": entry.stop_reason or ("error" if entry.error else "aborted"),
+            "usage": entry.usage.as_dict(),
+            "error": str(entry.error) if entry.error is not None else None,
+        }
+        steps = (
+            self._idempotency.record_final(self._team_id, self._public_id, result),
+            self._admission.release(self._lease),
+            self._metering.record(self._usage(entry, ended), at=datetime.now(UTC)),
+        )
+        for outcome in await asyncio.gather(*steps, return_exceptions=True):
+            if isinstance(outcome, BaseException):
+                logger.error("finishing request %s failed", entry.request_id, exc_info=outcome)
+
+    def _usage(self, entry: InflightRequest, ended: float) -> UsageRecord:
+        """KV token-seconds: the prompt is held from admission to the end; completion tokens
+        accumulate from the first token on, so on average half of them are held that long."""
+        usage = entry.usage
+        held_prompt = usage.prompt_tokens * max(0.0, ended - entry.started_at)
+        first = entry.first_token_at if entry.first_token_at is not None else ended
+        held_completion = usage.completion_tokens * max(0.0, ended - first) / 2
+        return UsageRecord(
+            team_id=self._team_id,
+            model_id=entry.request.model_id,
+            request_class=self._request_class,
+            prompt_tokens=usage.prompt_tokens,
+            cached_tokens=min(usage.cached_tokens, usage.prompt_tokens),
+            completion_tokens=usage.completion_tokens,
+            cancelled=entry.stop_reason == "cancelled",
+            kv_token_seconds=held_prompt + held_completion,
+        )
 
 
 async def count_prompt_tokens(model: ServedModel, prompt: str) -> int:

@@ -93,6 +93,13 @@ class IdempotencyStore:
         stored = json.loads(_text(result)) if claim_state is ClaimState.DONE and result else None
         return Claim(claim_state, stored)
 
+    async def state(self, team_id: str, request_id: str) -> ClaimState | None:
+        """RUNNING or DONE for a known request, None for an unknown one (claims nothing)."""
+        state = await self._redis.hget(self._key(team_id, request_id), "state")
+        if state is None:
+            return None
+        return ClaimState.DONE if _text(state) == "done" else ClaimState.RUNNING
+
     async def record_delta(self, team_id: str, request_id: str, text: str, token_ids: tuple[int, ...]) -> None:
         stream = self._key(team_id, request_id) + ":deltas"
         async with self._redis.pipeline(transaction=False) as pipe:

@@ -17,8 +17,7 @@ the SDK raises it as an `openai.APIError`.
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Annotated, Any, Protocol
 
 from fastapi import Depends, Header, Request, Response
@@ -30,6 +29,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from gateway.backend import BackendError, RequestClass, Usage
 from gateway.errors import error_payload, error_response, invalid_request
 from gateway.openai_schemas import FinishReason
+from gateway.readers import reading, wait_unless_disconnected
 from gateway.requests_registry import InflightRequest, RequestRegistry
 from gateway.schemas import RequestId
 from gateway.sse import DONE, HEARTBEAT, sse_event
@@ -116,8 +116,7 @@ async def wait_until_ready(
     any byte is still an honest status. Raises that failure; returns the response to send
     instead when the client left meanwhile (its request is cancelled), else None."""
     ready = entry.wait_started() if stream else entry.wait_done()
-    if not await _unless_disconnected(request, ready):
-        await registry.cancel(entry.request_id)
+    if not await wait_unless_disconnected(request, entry, registry, ready):
         headers = {REQUEST_ID_HEADER: entry.public_id}
         return error_response(499, "client_closed_request", "the client closed the connection", None, headers)
     if not entry.deltas and entry.done:
@@ -157,7 +156,7 @@ async def stream_chunks(
     """The SSE body of one request; closing it before the request ends (the client went away)
     cancels the request, as on /v1/generate."""
     seen = 0
-    try:
+    with reading(entry, registry):
         for event in writer.opening():
             yield event
         while True:
@@ -179,27 +178,3 @@ async def stream_chunks(
         if include_usage:
             yield writer.usage(entry.usage)
         yield DONE
-    finally:
-        if not entry.done:
-            # We may be inside a cancelled scope here, so hand the cancel to its own task.
-            registry.cancel_soon(entry.request_id)
-
-
-async def _unless_disconnected(request: Request, awaitable: Awaitable[None]) -> bool:
-    """Await `awaitable` unless the client disconnects first; True if it completed.
-
-    Starlette watches for disconnects only while a streaming body is being sent. (The same
-    helper as routes/generate.py's, which is private to that module.)"""
-    waiter = asyncio.ensure_future(awaitable)
-    watcher = asyncio.ensure_future(_until_disconnected(request))
-    try:
-        await asyncio.wait({waiter, watcher}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for task in (waiter, watcher):
-            task.cancel()
-    return waiter.done() and not waiter.cancelled()
-
-
-async def _until_disconnected(request: Request) -> None:
-    while (await request.receive())["type"] != "http.disconnect":
-        pass

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import replace
 from typing import Protocol
 
@@ -62,6 +62,9 @@ class InflightRequest:
         self.error: BaseException | None = None
         self._changed = asyncio.Event()
         self._done = asyncio.Event()
+        # Connections reading this request (a repeat of its id attaches as one more): a
+        # disconnect cancels the request only when it was the last reader.
+        self.readers = 0
 
     @property
     def request_id(self) -> str:
@@ -164,6 +167,28 @@ class RequestRegistry:
         self._tasks[request.request_id] = task
         self._metrics.in_flight.labels(request.model_id, request.request_class).inc()
         task.add_done_callback(lambda t: self._on_pump_done(entry, t))
+        return entry
+
+    def attach(
+        self, request_id: str, public_id: str, model_id: str, source: AsyncIterator[GenerationDelta]
+    ) -> InflightRequest:
+        """A read-only request fed by `source` (a generation recorded elsewhere, replayed then
+        followed). It is not in flight here: cancelling its readers leaves the owner alone."""
+        request = GenerationRequest(request_id=request_id, model_id=model_id, prompt="", max_tokens=1)
+        entry = InflightRequest(request, 0, self._clock(), public_id)
+
+        async def follow() -> None:
+            try:
+                async for delta in source:
+                    entry.apply(delta, self._clock())
+                    if delta.finish_reason is not None:
+                        break
+            except BackendError as exc:
+                entry.finish(error=exc)
+            finally:
+                entry.finish(stop_reason=entry.stop_reason or "aborted")
+
+        self._in_background(follow())
         return entry
 
     async def cancel(self, request_id: str) -> InflightRequest | None:

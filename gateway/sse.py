@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from gateway.errors import error_payload
+from gateway.readers import reading
 from gateway.requests_registry import InflightRequest, RequestRegistry
 
 HEARTBEAT = b": keep-alive\n\n"
@@ -33,7 +34,7 @@ async def stream_events(entry: InflightRequest, registry: RequestRegistry, heart
     client went away), the request is cancelled, which frees the server's KV."""
     request_id = entry.public_id
     seen = 0
-    try:
+    with reading(entry, registry):
         while True:
             while seen < len(entry.deltas):
                 delta = entry.deltas[seen]
@@ -54,7 +55,3 @@ async def stream_events(entry: InflightRequest, registry: RequestRegistry, heart
         }
         yield sse_event(final)
         yield DONE
-    finally:
-        if not entry.done:
-            # We may be inside a cancelled scope here, so hand the cancel to its own task.
-            registry.cancel_soon(entry.request_id)

@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable
 from typing import Literal
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from gateway.auth import PrincipalDep
 from gateway.deps import GenerationDep, RegistryDep, SettingsDep
 from gateway.errors import (
     error_response,
     request_not_found,
 )
 from gateway.generation import GenerationInput
+from gateway.idempotency import fingerprint
+from gateway.readers import wait_unless_disconnected
 from gateway.requests_registry import InflightRequest
 from gateway.schemas import CancelResponse, ErrorBody, GenerateBody, GenerateResponse, UsageBody
 from gateway.sse import stream_events
@@ -35,10 +36,13 @@ async def generate(
     generation: GenerationDep,
     registry: RegistryDep,
     settings: SettingsDep,
+    principal: PrincipalDep,
 ) -> Response:
     """Generate a completion: SSE deltas then a final event with usage (`stream: true`), or
-    one JSON body with the whole reply."""
+    one JSON body with the whole reply. A repeated `request_id` with the same body returns
+    the same generation (attached while it runs, stored after); with another body, 409."""
     entry = await generation.start(
+        principal,
         GenerationInput(
             model=body.model,
             prompt=body.prompt,
@@ -51,14 +55,14 @@ async def generate(
             top_k=body.top_k,
             seed=body.seed,
             ignore_eos=body.ignore_eos,
-        )
+        ),
+        fingerprint(body.model_dump(mode="json", by_alias=True, exclude={"request_id", "stream"})),
     )
     headers = {"X-Request-Id": entry.public_id}
     # Before any byte goes out, a failure can still be an honest status code (a 503 when the
     # backend is down), so wait for the first text (streamed) or the end (whole).
     ready = entry.wait_started() if body.stream else entry.wait_done()
-    if not await _unless_disconnected(request, ready):
-        await registry.cancel(entry.request_id)
+    if not await wait_unless_disconnected(request, entry, registry, ready):
         return error_response(499, "client_closed_request", "the client closed the connection", None, headers)
     if entry.error is not None and not entry.deltas:
         raise entry.error
@@ -72,10 +76,10 @@ async def generate(
 
 
 @router.delete("/{request_id}", response_model=CancelResponse, responses={404: {"model": ErrorBody}})
-async def cancel_generation(request_id: str, registry: RegistryDep) -> CancelResponse:
-    """Cancel an in-flight request; its usage so far is in the reply. A request that ended
-    meanwhile reports `completed` (or `failed`) instead."""
-    entry = await registry.cancel(request_id)
+async def cancel_generation(request_id: str, generation: GenerationDep, principal: PrincipalDep) -> CancelResponse:
+    """Cancel one of the team's requests, on whichever gateway process runs it; its usage so
+    far is in the reply. A request that ended meanwhile reports `completed` (or `failed`)."""
+    entry = await generation.cancel(principal, request_id)
     if entry is None:
         raise request_not_found(request_id)
     status: Literal["cancelled", "completed", "failed"]
@@ -94,25 +98,3 @@ def _whole_reply(entry: InflightRequest) -> GenerateResponse:
         stop_reason=entry.stop_reason or "aborted",
         usage=UsageBody(**entry.usage.as_dict()),
     )
-
-
-async def _unless_disconnected(request: Request, awaitable: Awaitable[None]) -> bool:
-    """Await `awaitable` unless the client disconnects first; True if it completed.
-
-    Starlette only watches for disconnects once a streaming body is being sent; before that
-    (and for a whole reply) nobody would notice a client that left, and its request would run
-    to the end for nothing.
-    """
-    waiter = asyncio.ensure_future(awaitable)
-    watcher = asyncio.ensure_future(_until_disconnected(request))
-    try:
-        await asyncio.wait({waiter, watcher}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for task in (waiter, watcher):
-            task.cancel()
-    return waiter.done() and not waiter.cancelled()
-
-
-async def _until_disconnected(request: Request) -> None:
-    while (await request.receive())["type"] != "http.disconnect":
-        pass

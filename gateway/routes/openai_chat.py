@@ -10,11 +10,13 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import JSONResponse
 
+from gateway.auth import PrincipalDep
 from gateway.backend import Usage
 from gateway.chat_template import ChatMessage, ChatTemplates
 from gateway.deps import GenerationDep, RegistryDep, SettingsDep, get_services
 from gateway.errors import invalid_request
 from gateway.generation import GenerationInput, count_prompt_tokens
+from gateway.idempotency import fingerprint
 from gateway.openai_schemas import (
     ChatChoice,
     ChatChunkChoice,
@@ -95,6 +97,7 @@ async def create_chat_completion(
     templates: ChatTemplatesDep,
     request_class: RequestClassHeader,
     request_id: RequestIdHeader,
+    principal: PrincipalDep,
 ) -> Response:
     """Reply to `messages`. Without max_tokens the reply may use the rest of the context."""
     created = int(time.time())
@@ -108,6 +111,7 @@ async def create_chat_completion(
         # Counted again by the service; a context check below 1 token is its to report.
         max_tokens = max(1, model.max_context_tokens - await count_prompt_tokens(model, prompt))
     entry = await generation.start(
+        principal,
         GenerationInput(
             model=body.model,
             prompt=prompt,
@@ -120,7 +124,8 @@ async def create_chat_completion(
             top_k=body.top_k,
             seed=body.seed,
             ignore_eos=bool(body.ignore_eos),
-        )
+        ),
+        fingerprint({"route": "chat", **body.model_dump(mode="json", exclude={"stream", "stream_options"})}),
     )
     stream = bool(body.stream)
     closed = await wait_until_ready(request, entry, registry, stream)

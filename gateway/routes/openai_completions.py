@@ -8,9 +8,11 @@ from dataclasses import dataclass
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 
+from gateway.auth import PrincipalDep
 from gateway.backend import Usage
 from gateway.deps import GenerationDep, RegistryDep, SettingsDep
 from gateway.generation import GenerationInput
+from gateway.idempotency import fingerprint
 from gateway.openai_schemas import Completion, CompletionChoice, CompletionRequest, CompletionUsage, FinishReason
 from gateway.openai_serving import (
     REQUEST_ID_HEADER,
@@ -63,10 +65,12 @@ async def create_completion(
     settings: SettingsDep,
     request_class: RequestClassHeader,
     request_id: RequestIdHeader,
+    principal: PrincipalDep,
 ) -> Response:
     """Complete `prompt`. The class comes from `X-Switchyard-Class`, the id from `X-Request-Id`."""
     created = int(time.time())
     entry = await generation.start(
+        principal,
         GenerationInput(
             model=body.model,
             prompt=body.prompt,
@@ -79,7 +83,8 @@ async def create_completion(
             top_k=body.top_k,
             seed=body.seed,
             ignore_eos=bool(body.ignore_eos),
-        )
+        ),
+        fingerprint({"route": "completions", **body.model_dump(mode="json", exclude={"stream", "stream_options"})}),
     )
     stream = bool(body.stream)
     closed = await wait_until_ready(request, entry, registry, stream)

@@ -10,16 +10,23 @@ integration tests) reuse it:
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import pytest
+import redis
 
 from build_engines.build import build_model
 from build_engines.repository import fill_repository
-from switchyard.config import Ports, SwitchyardConfig
+from quota.keys import SyncKeyStore
+from switchyard.config import Ports, SwitchyardConfig, TeamSpec, dump_config
 from switchyard.ports import free_ports
+from switchyard.process import ManagedProcess, wait_until
+from switchyard.redis_server import RedisServer
 from switchyard.triton_server import TritonServer
 
 POOL_ID = "tiny"
@@ -101,3 +108,53 @@ def triton_pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonPool
     server = TritonServer(repository, config.pools[POOL_ID].ports, var_dir=config.var_path, name=POOL_ID)
     with server:
         yield TritonPool(POOL_ID, MODEL_ID, model_dir, config, server)
+
+
+@dataclass(frozen=True)
+class LiveGateway:
+    """A real gateway process in front of `triton_pool`, with Redis and a team's API key."""
+
+    url: str
+    api_key: str
+    team_id: str
+    config: SwitchyardConfig
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key}"}
+
+
+@pytest.fixture(scope="session")
+def live_gateway(triton_pool: TritonPool, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveGateway]:
+    """One gateway for the session's end-to-end tests: team `e2e` may use the tiny model.
+
+    It has a Redis of its own: other suites empty the shared one before each test."""
+    port, redis_port = free_ports(2)
+    root = tmp_path_factory.mktemp("live_gateway")
+    redis_server = RedisServer(redis_port, root / "redis", root / "redis.log")
+    redis_server.start()
+    config = triton_pool.config.model_copy(
+        update={
+            "redis": triton_pool.config.redis.model_copy(update={"port": redis_server.port}),
+            "teams": {"e2e": TeamSpec(weight=1.0)},
+        }
+    )
+    api_key = SyncKeyStore(redis.Redis.from_url(redis_server.url), config.teams).create("e2e")
+    config_path = dump_config(config, config.var_path / "run" / "switchyard-e2e.yaml")
+    env = {**os.environ, "SWITCHYARD_CONFIG": str(config_path), "SWITCHYARD_PORT": str(port)}
+    process = ManagedProcess("gateway", [sys.executable, "-m", "gateway"], config.var_path / "logs" / "gw.log", env=env)
+    url = f"http://127.0.0.1:{port}"
+
+    def ready() -> bool:
+        try:
+            return httpx.get(f"{url}/readyz", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    try:
+        with process:
+            assert wait_until(lambda: ready() or not process.alive(), 60), process.log_tail()
+            assert process.alive(), process.log_tail()
+            yield LiveGateway(url, api_key, "e2e", config)
+    finally:
+        redis_server.stop()

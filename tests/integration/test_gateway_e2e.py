@@ -7,8 +7,6 @@ What a team sees: streamed and whole replies, cancellation by DELETE and by clos
 from __future__ import annotations
 
 import json
-import os
-import sys
 import time
 from collections.abc import Iterator
 
@@ -16,32 +14,19 @@ import httpx
 import pytest
 
 from bench.live import read_kv_metrics
-from switchyard.config import dump_config
-from switchyard.ports import free_ports
-from switchyard.process import ManagedProcess, wait_until
+from switchyard.process import wait_until
 
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture(scope="module")
-def gateway_url(triton_pool) -> Iterator[str]:  # type: ignore[no-untyped-def]
-    config = triton_pool.config
-    (port,) = free_ports(1)
-    config_path = dump_config(config, config.var_path / "run" / "switchyard.yaml")
-    env = {**os.environ, "SWITCHYARD_CONFIG": str(config_path), "SWITCHYARD_PORT": str(port)}
-    process = ManagedProcess("gateway", [sys.executable, "-m", "gateway"], config.var_path / "logs" / "gw.log", env=env)
-    url = f"http://127.0.0.1:{port}"
+@pytest.fixture()
+def gateway_url(live_gateway) -> str:  # type: ignore[no-untyped-def]
+    return str(live_gateway.url)
 
-    def ready() -> bool:
-        try:
-            return httpx.get(f"{url}/readyz", timeout=1).status_code == 200
-        except httpx.HTTPError:
-            return False
 
-    with process:
-        assert wait_until(lambda: ready() or not process.alive(), 60), process.log_tail()
-        assert process.alive(), process.log_tail()
-        yield url
+@pytest.fixture()
+def auth(live_gateway) -> dict[str, str]:  # type: ignore[no-untyped-def]
+    return dict(live_gateway.headers)
 
 
 def _sse_events(response: httpx.Response) -> Iterator[tuple[str, object]]:
@@ -59,14 +44,14 @@ def _kv_used(metrics_url: str) -> float:
     return read_kv_metrics(metrics_url)["nv_trt_llm_kv_cache_block_metrics.used"]
 
 
-def test_stream_and_whole_reply_agree(gateway_url: str, triton_pool) -> None:  # type: ignore[no-untyped-def]
+def test_stream_and_whole_reply_agree(gateway_url: str, auth: dict[str, str], triton_pool) -> None:  # type: ignore[no-untyped-def]
     body = {
         "model": triton_pool.model_id,
         "prompt": "The quick brown fox",
         "max_tokens": 24,
         "ignore_eos": True,
     }
-    whole = httpx.post(f"{gateway_url}/v1/generate", json=body, timeout=60)
+    whole = httpx.post(f"{gateway_url}/v1/generate", json=body, timeout=60, headers=auth)
     assert whole.status_code == 200, whole.text
     reply = whole.json()
     assert reply["usage"]["completion_tokens"] == 24
@@ -74,7 +59,9 @@ def test_stream_and_whole_reply_agree(gateway_url: str, triton_pool) -> None:  #
 
     deltas: list[str] = []
     final: dict[str, object] = {}
-    with httpx.stream("POST", f"{gateway_url}/v1/generate", json={**body, "stream": True}, timeout=60) as response:
+    with httpx.stream(
+        "POST", f"{gateway_url}/v1/generate", json={**body, "stream": True}, timeout=60, headers=auth
+    ) as response:
         assert response.status_code == 200
         assert response.headers["content-type"].startswith("text/event-stream")
         events = list(_sse_events(response))
@@ -90,7 +77,7 @@ def test_stream_and_whole_reply_agree(gateway_url: str, triton_pool) -> None:  #
     assert final["usage"] == reply["usage"]
 
 
-def test_delete_cancels_and_frees_kv(gateway_url: str, triton_pool) -> None:  # type: ignore[no-untyped-def]
+def test_delete_cancels_and_frees_kv(gateway_url: str, auth: dict[str, str], triton_pool) -> None:  # type: ignore[no-untyped-def]
     body = {
         "model": triton_pool.model_id,
         "prompt": "cancel me " * 20,
@@ -99,11 +86,11 @@ def test_delete_cancels_and_frees_kv(gateway_url: str, triton_pool) -> None:  # 
         "stream": True,
         "request_id": "e2e-cancel-1",
     }
-    with httpx.stream("POST", f"{gateway_url}/v1/generate", json=body, timeout=60) as response:
+    with httpx.stream("POST", f"{gateway_url}/v1/generate", json=body, timeout=60, headers=auth) as response:
         events = _sse_events(response)
         next(events)  # the first delta: it is running and holds KV
         assert _kv_used(triton_pool.metrics_url) > 0
-        cancelled = httpx.delete(f"{gateway_url}/v1/generate/e2e-cancel-1", timeout=10)
+        cancelled = httpx.delete(f"{gateway_url}/v1/generate/e2e-cancel-1", timeout=10, headers=auth)
         assert cancelled.status_code == 200, cancelled.text
         assert cancelled.json()["status"] == "cancelled"
         assert cancelled.json()["usage"]["completion_tokens"] >= 1
@@ -111,10 +98,13 @@ def test_delete_cancels_and_frees_kv(gateway_url: str, triton_pool) -> None:  # 
     finals = [p for _, p in rest if isinstance(p, dict) and p.get("stop_reason")]
     assert finals and finals[-1]["stop_reason"] == "cancelled"
     assert wait_until(lambda: _kv_used(triton_pool.metrics_url) == 0, 10)
-    assert httpx.delete(f"{gateway_url}/v1/generate/e2e-cancel-1", timeout=10).status_code == 404
+    # DELETE is idempotent: the ended request reports how it ended; an unknown id is 404.
+    again = httpx.delete(f"{gateway_url}/v1/generate/e2e-cancel-1", timeout=10, headers=auth)
+    assert again.status_code == 200 and again.json()["status"] == "cancelled"
+    assert httpx.delete(f"{gateway_url}/v1/generate/e2e-never-sent", timeout=10, headers=auth).status_code == 404
 
 
-def test_closed_stream_cancels_on_the_server(gateway_url: str, triton_pool) -> None:  # type: ignore[no-untyped-def]
+def test_closed_stream_cancels_on_the_server(gateway_url: str, auth: dict[str, str], triton_pool) -> None:  # type: ignore[no-untyped-def]
     body = {
         "model": triton_pool.model_id,
         "prompt": "walk away " * 20,
@@ -122,7 +112,7 @@ def test_closed_stream_cancels_on_the_server(gateway_url: str, triton_pool) -> N
         "ignore_eos": True,
         "stream": True,
     }
-    with httpx.stream("POST", f"{gateway_url}/v1/generate", json=body, timeout=60) as response:
+    with httpx.stream("POST", f"{gateway_url}/v1/generate", json=body, timeout=60, headers=auth) as response:
         next(_sse_events(response))
         assert _kv_used(triton_pool.metrics_url) > 0
     # The client went away mid-reply: the engine drops the request and frees its blocks.
@@ -141,14 +131,16 @@ def test_closed_stream_cancels_on_the_server(gateway_url: str, triton_pool) -> N
         ({"model": "tiny", "prompt": "hi", "max_tokens": 9000}, 400, "8192"),
     ],
 )
-def test_bad_input_gets_a_clear_error(gateway_url: str, body: dict[str, object], status: int, needle: str) -> None:
-    response = httpx.post(f"{gateway_url}/v1/generate", json=body, timeout=10)
+def test_bad_input_gets_a_clear_error(
+    gateway_url: str, auth: dict[str, str], body: dict[str, object], status: int, needle: str
+) -> None:
+    response = httpx.post(f"{gateway_url}/v1/generate", json=body, timeout=10, headers=auth)
     assert response.status_code == status, response.text
     assert needle in response.json()["error"]["message"]
 
 
-def test_models_health_and_readiness(gateway_url: str, triton_pool) -> None:  # type: ignore[no-untyped-def]
-    models = httpx.get(f"{gateway_url}/v1/models", timeout=10).json()
+def test_models_health_and_readiness(gateway_url: str, auth: dict[str, str], triton_pool) -> None:  # type: ignore[no-untyped-def]
+    models = httpx.get(f"{gateway_url}/v1/models", timeout=10, headers=auth).json()
     assert [m["id"] for m in models["data"]] == [triton_pool.model_id]
     assert httpx.get(f"{gateway_url}/healthz", timeout=10).status_code == 200
     assert httpx.get(f"{gateway_url}/readyz", timeout=10).json()["status"] == "ready"
@@ -156,16 +148,17 @@ def test_models_health_and_readiness(gateway_url: str, triton_pool) -> None:  # 
     assert "switchyard" in metrics
 
 
-def test_short_reply_is_not_stuck_behind_long_ones(gateway_url: str, triton_pool) -> None:  # type: ignore[no-untyped-def]
+def test_short_reply_is_not_stuck_behind_long_ones(gateway_url: str, auth: dict[str, str], triton_pool) -> None:  # type: ignore[no-untyped-def]
     """S1 in small: a 10-token reply finishes while long replies keep decoding."""
     long_body = {
         "model": triton_pool.model_id,
         "prompt": "a long report",
-        "max_tokens": 4000,
+        # Admission reserves prompt + max_tokens: four of these fit the tiny pool's 8,192 tokens.
+        "max_tokens": 1500,
         "ignore_eos": True,
         "stream": True,
     }
-    with httpx.Client(timeout=60) as client:
+    with httpx.Client(timeout=60, headers=auth) as client:
         streams = [client.stream("POST", f"{gateway_url}/v1/generate", json=long_body) for _ in range(4)]
         responses = [s.__enter__() for s in streams]
         try:
@@ -183,3 +176,19 @@ def test_short_reply_is_not_stuck_behind_long_ones(gateway_url: str, triton_pool
     assert short.status_code == 200
     assert short.json()["usage"]["completion_tokens"] == 10
     assert elapsed < 10  # the long replies need minutes: static batching would wait for them
+
+
+def test_no_key_is_401_and_a_repeat_never_generates_twice(gateway_url: str, auth: dict[str, str], triton_pool) -> None:  # type: ignore[no-untyped-def]
+    body = {"model": triton_pool.model_id, "prompt": "once only", "max_tokens": 8, "ignore_eos": True,
+            "request_id": "e2e-once"}  # fmt: skip
+    missing = httpx.post(f"{gateway_url}/v1/generate", json=body, timeout=10)
+    assert missing.status_code == 401 and "Bearer" in missing.json()["error"]["message"]
+
+    first = httpx.post(f"{gateway_url}/v1/generate", json=body, timeout=60, headers=auth).json()
+    again = httpx.post(f"{gateway_url}/v1/generate", json=body, timeout=60, headers=auth).json()
+    assert again == first  # the stored result, not a second generation
+    clash = httpx.post(f"{gateway_url}/v1/generate", json={**body, "max_tokens": 9}, timeout=10, headers=auth)
+    assert clash.status_code == 409
+
+    usage = httpx.get(f"{gateway_url}/v1/usage", timeout=10, headers=auth).json()
+    assert sum(row["completion_tokens"] for row in usage["data"]) >= 8

@@ -4,46 +4,15 @@ chat template, whose prompt reaches the engine with exactly one BOS."""
 
 from __future__ import annotations
 
-import os
-import sys
-from collections.abc import Iterator
-
-import httpx
 import openai
 import pytest
 from tokenizers import Tokenizer
 
-from switchyard.config import dump_config
-from switchyard.ports import free_ports
-from switchyard.process import ManagedProcess, wait_until
-
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture(scope="module")
-def gateway_url(triton_pool) -> Iterator[str]:  # type: ignore[no-untyped-def]
-    config = triton_pool.config
-    (port,) = free_ports(1)
-    config_path = dump_config(config, config.var_path / "run" / "switchyard-openai.yaml")
-    env = {**os.environ, "SWITCHYARD_CONFIG": str(config_path), "SWITCHYARD_PORT": str(port)}
-    log = config.var_path / "logs" / "gw-openai.log"
-    process = ManagedProcess("gateway", [sys.executable, "-m", "gateway"], log, env=env)
-    url = f"http://127.0.0.1:{port}"
-
-    def ready() -> bool:
-        try:
-            return httpx.get(f"{url}/readyz", timeout=1).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    with process:
-        assert wait_until(lambda: ready() or not process.alive(), 60), process.log_tail()
-        assert process.alive(), process.log_tail()
-        yield url
-
-
-def test_streamed_chat_completion_through_the_sdk(gateway_url: str, triton_pool) -> None:  # type: ignore[no-untyped-def]
-    client = openai.OpenAI(base_url=f"{gateway_url}/v1", api_key="test", max_retries=0, timeout=60)
+def test_streamed_chat_completion_through_the_sdk(live_gateway, triton_pool) -> None:  # type: ignore[no-untyped-def]
+    client = openai.OpenAI(base_url=f"{live_gateway.url}/v1", api_key=live_gateway.api_key, max_retries=0, timeout=60)
     messages: list[openai.types.chat.ChatCompletionMessageParam] = [
         {"role": "system", "content": "Answer briefly."},
         {"role": "user", "content": "The quick brown fox"},

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from switchyard.config import Ports, dump_config
+from switchyard.config import Ports, TeamSpec, dump_config
 from switchyard.ports import free_ports
 from switchyard.process import wait_until
 
@@ -47,6 +47,7 @@ def test_up_serves_and_ctrl_c_leaves_nothing_behind(triton_pool, tmp_path: Path)
             "pools": {"up-tiny": pool},
             "gateway": base.gateway.model_copy(update={"port": gateway_port}),
             "redis": base.redis.model_copy(update={"port": redis_port}),
+            "teams": {"dev": TeamSpec()},
         }
     )
     config_path = dump_config(config, tmp_path / "switchyard.yaml")
@@ -74,9 +75,12 @@ def test_up_serves_and_ctrl_c_leaves_nothing_behind(triton_pool, tmp_path: Path)
         assert len(children) >= 3  # redis-server, tritonserver (+ stubs), gateway
 
         url = f"http://127.0.0.1:{config.gateway.port}"
+        assert "Authorization: Bearer $(cat" in output  # the printed curl carries the dev key
+        dev_key = (config.var_path / "dev-api-key").read_text().strip()
         reply = httpx.post(
             f"{url}/v1/generate",
             json={"model": triton_pool.model_id, "prompt": "Hello there", "max_tokens": 8, "ignore_eos": True},
+            headers={"Authorization": f"Bearer {dev_key}"},
             timeout=60,
         )
         assert reply.status_code == 200, reply.text
