@@ -117,12 +117,13 @@ local inflight = tonumber(redis.call('HGET', P .. 'team_inflight', team) or '0')
 local today = tonumber(redis.call('GET', ARGV[13]) or '0')
 
 -- The same steps as SharePolicy.decide, in the same order.
-local weight, total = 0.0, 0.0
+local weight, total, total_all = 0.0, 0.0, 0.0
 for i = 16, #ARGV, 2 do
   local t, w = ARGV[i], tonumber(ARGV[i + 1])
   local l = loads[t]
   if t == team then weight = w end
   if t == team or (l and (l[1] + l[2] > 0 or l[3] > 0)) then total = total + w end
+  total_all = total_all + w
 end
 local owned, leased, used, any_waiting, others_waiting = 0, 0, 0, false, false
 for t, l in pairs(loads) do
@@ -143,7 +144,11 @@ elseif tokens > capacity then d = 'fleet_full'
 elseif not interactive and any_waiting then d = 'fleet_full'
 elseif (used + tokens) * total <= capacity * weight then
   local room = capacity - (interactive and owned or leased)
-  if tokens <= room then d = 'admit' else d = 'fleet_full' end
+  if tokens > room then d = 'fleet_full'
+  -- Beyond the share guaranteed over every configured team, the room belongs to idle teams:
+  -- borrowed, so a team that comes back takes it first.
+  elseif (used + tokens) * total_all <= capacity * weight then d = 'admit'
+  else d = 'borrow' end
 elseif not others_waiting and leased + tokens <= capacity then d = 'borrow'
 else d = 'refuse_team' end
 

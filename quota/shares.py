@@ -132,6 +132,9 @@ class SharePolicy:
                 raise ValueError(f"team {team!r}: weight must be positive, got {weight}")
         # Sorted once: the Redis script receives the weights in this order and sums them in it.
         self.weights: dict[str, float] = {team: weights[team] for team in sorted(weights)}
+        self.total_weight = 0.0
+        for weight in self.weights.values():  # summed in the script's order
+            self.total_weight += weight
         self.limits: dict[str, TeamLimits] = dict(limits or {})
 
     def share_weight(self, team_id: str, pool: PoolView) -> tuple[float, float]:
@@ -184,7 +187,14 @@ class SharePolicy:
             return answer(Decision.FLEET_FULL, fallback_at)  # interactive waiters go first
         if (load.in_use + tokens) * total <= pool.capacity_tokens * weight:
             room = pool.capacity_tokens - (owned if request.interactive else leased)
-            return answer(Decision.ADMIT) if tokens <= room else answer(Decision.FLEET_FULL, fallback_at)
+            if tokens > room:
+                return answer(Decision.FLEET_FULL, fallback_at)
+            # Beyond the share guaranteed over every configured team, the room belongs to idle
+            # teams: borrowed, so a team that comes back takes it first (the engine preempts
+            # borrowed work, which runs at bulk priority).
+            if (load.in_use + tokens) * self.total_weight <= pool.capacity_tokens * weight:
+                return answer(Decision.ADMIT)
+            return answer(Decision.BORROW)
         if not (waiting - {team}) and leased + tokens <= pool.capacity_tokens:
             return answer(Decision.BORROW)
         # Beyond the share: retry when enough of the team's own leases have ended for this
