@@ -1,12 +1,21 @@
-"""Run the gateway under uvicorn: what `switchyard gateway` and `python -m gateway` call."""
+"""Run the gateway under uvicorn: what `switchyard gateway` and `python -m gateway` call.
+
+With `SWITCHYARD_WORKERS` > 1, uvicorn runs that many worker processes on one port. Every
+piece of state they must agree on (keys, leases, usage, request records, cancels) lives in
+Redis, so any worker can answer any request, a DELETE included.
+"""
 
 from __future__ import annotations
 
+import os
+
 import uvicorn
+from fastapi import FastAPI
 
 from gateway.app import create_app
+from gateway.logging_setup import logging_config
 from gateway.settings import GatewaySettings
-from switchyard.config import SwitchyardConfig, load_config
+from switchyard.config import SwitchyardConfig, dump_config, load_config
 
 
 def serve(
@@ -18,15 +27,30 @@ def serve(
     """Serve until interrupted. Address: the arguments, else `SWITCHYARD_HOST`/`_PORT`, else
     the file's `gateway:` section."""
     settings = settings if settings is not None else GatewaySettings()
-    app = create_app(settings, config=config)
-    uvicorn.run(
-        app,
-        host=host or settings.host or config.gateway.host,
-        port=port or settings.port or config.gateway.port,
-        log_level="info",
+    options = {
+        "host": host or settings.host or config.gateway.host,
+        "port": port or settings.port or config.gateway.port,
+        "log_config": logging_config("INFO"),  # JSON lines, in every worker
         # SSE replies carry their own keep-alive comments; don't cut slow clients short.
-        timeout_keep_alive=30,
+        "timeout_keep_alive": 30,
+    }
+    if settings.workers == 1:
+        uvicorn.run(create_app(settings, config=config), **options)  # type: ignore[arg-type]
+        return
+    # Workers are fresh processes that build the app from the environment: hand them this
+    # exact configuration through a file.
+    os.environ["SWITCHYARD_CONFIG"] = str(dump_config(config, config.var_path / "run" / "gateway.yaml"))
+    uvicorn.run(
+        "gateway.server:app_from_environment",
+        factory=True,
+        workers=settings.workers,
+        **options,  # type: ignore[arg-type]
     )
+
+
+def app_from_environment() -> FastAPI:
+    """The app of one worker process (uvicorn's factory)."""
+    return create_app(GatewaySettings())
 
 
 def main() -> None:

@@ -105,6 +105,7 @@ class Stack:
             SWITCHYARD_CONFIG=str(config_path),
             SWITCHYARD_HOST=self.config.gateway.host,
             SWITCHYARD_PORT=str(self.gateway_port),
+            SWITCHYARD_WORKERS=os.environ.get("SWITCHYARD_WORKERS", "2"),
             PYTHONUNBUFFERED="1",
         )
         self.gateway = ManagedProcess(

@@ -141,7 +141,9 @@ def live_gateway(triton_pool: TritonPool, tmp_path_factory: pytest.TempPathFacto
     )
     api_key = SyncKeyStore(redis.Redis.from_url(redis_server.url), config.teams).create("e2e")
     config_path = dump_config(config, config.var_path / "run" / "switchyard-e2e.yaml")
-    env = {**os.environ, "SWITCHYARD_CONFIG": str(config_path), "SWITCHYARD_PORT": str(port)}
+    # Two worker processes: a DELETE or a repeat may land on the worker that does not run
+    # the request, so these tests cover the Redis-shared paths too.
+    env = {**os.environ, "SWITCHYARD_CONFIG": str(config_path), "SWITCHYARD_PORT": str(port), "SWITCHYARD_WORKERS": "2"}
     process = ManagedProcess("gateway", [sys.executable, "-m", "gateway"], config.var_path / "logs" / "gw.log", env=env)
     url = f"http://127.0.0.1:{port}"
 
