@@ -15,6 +15,7 @@ from bench import (
     bench_s1_short_behind_long,
     bench_s2_document_full_server,
     bench_s3_prefill_stutter,
+    bench_s9_team_flood,
     bench_schedule,
     bench_serving_overhead,
 )
@@ -22,38 +23,42 @@ from bench.live import bench_config, start_stack
 from switchyard.config import EngineSpec, load_config
 
 OFFLINE = {"schedule": bench_schedule.main, "prefill": bench_prefill.main}
-LIVE = ("s1", "s2", "s3", "overhead")
+LIVE = ("s1", "s2", "s3", "overhead", "s9")
 
 
 def run_live(names: list[str]) -> None:
+    """One stack per team layout: each scenario's shares are what its story needs."""
     base = load_config()
     engine = base.pools["small"].engine
-    config = bench_config(
-        base,
-        {
-            "bench-small": ("small", engine),
-            "bench-small-unchunked": (
-                "small",
-                EngineSpec(**{**engine.model_dump(), "enable_chunked_prefill": False}),
-            ),
-        },
-    )
-    stack = start_stack(config)
-    url = stack.gateway_url
-    try:
-        if "s1" in names:
-            bench_s1_short_behind_long.run(url, "bench-small", config, engine.to_engine_config())
-        if "s3" in names:
-            bench_s3_prefill_stutter.run((url, "bench-small"), (url, "bench-small-unchunked"), config)
-        if "s2" in names:
-            metrics = stack.tritons["bench-small"].metrics_url
-            bench_s2_document_full_server.run(url, "bench-small", metrics, config)
-        if "overhead" in names:
-            bench_serving_overhead.run(
-                url, "bench-small", config.model_dir("bench-small"), engine.to_engine_config(), config
-            )
-    finally:
-        stack.stop()
+    unchunked = EngineSpec(**{**engine.model_dump(), "enable_chunked_prefill": False})
+    if {"s1", "s3", "overhead"} & set(names):
+        pools = {"bench-small": ("small", engine), "bench-small-unchunked": ("small", unchunked)}
+        config = bench_config(base, pools, {"bench": 1.0})
+        stack, teams = start_stack(config)
+        url, headers = stack.gateway_url, teams["bench"]
+        try:
+            if "s1" in names:
+                bench_s1_short_behind_long.run(url, "bench-small", config, engine.to_engine_config(), headers)
+            if "s3" in names:
+                bench_s3_prefill_stutter.run((url, "bench-small"), (url, "bench-small-unchunked"), config, headers)
+            if "overhead" in names:
+                model_dir = config.model_dir("bench-small")
+                bench_serving_overhead.run(url, "bench-small", model_dir, engine.to_engine_config(), config, headers)
+        finally:
+            stack.stop()
+    for name, team_weights in (("s2", {"chat": 1.0, "batch": 1.0}), ("s9", {"team-a": 1.0, "team-b": 1.0})):
+        if name not in names:
+            continue
+        config = bench_config(base, {"bench-small": ("small", engine)}, team_weights)
+        stack, teams = start_stack(config)
+        try:
+            if name == "s2":
+                metrics = stack.tritons["bench-small"].metrics_url
+                bench_s2_document_full_server.run(stack.gateway_url, "bench-small", metrics, config, teams)
+            else:
+                bench_s9_team_flood.run(stack.gateway_url, "bench-small", config, teams)
+        finally:
+            stack.stop()
 
 
 def main(argv: list[str] | None = None) -> int:

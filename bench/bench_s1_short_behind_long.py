@@ -80,10 +80,10 @@ def engine_only(
     return {"idle": statistics.median(idle), "loaded": statistics.median(loaded)}
 
 
-async def _scenario(url: str, model: str, config: SwitchyardConfig) -> dict[str, object]:
+async def _scenario(url: str, model: str, config: SwitchyardConfig, headers: dict[str, str]) -> dict[str, object]:
     tokenizer = load_tokenizer(config, model)
     short_prompt = prompt_of(tokenizer, 32, seed=1)
-    async with httpx.AsyncClient(timeout=None) as client:
+    async with httpx.AsyncClient(timeout=None, headers=headers) as client:
         idle = await _short_e2e(client, url, model, short_prompt)
         traces, longs = start_streams(
             client,
@@ -124,8 +124,10 @@ async def _scenario(url: str, model: str, config: SwitchyardConfig) -> dict[str,
     }
 
 
-def run(url: str, model: str, config: SwitchyardConfig, engine_config: EngineConfig) -> dict[str, object]:
-    result = asyncio.run(_scenario(url, model, config))
+def run(
+    url: str, model: str, config: SwitchyardConfig, engine_config: EngineConfig, headers: dict[str, str]
+) -> dict[str, object]:
+    result = asyncio.run(_scenario(url, model, config, headers))
     tokenizer = load_tokenizer(config, model)
     short_ids = tokenizer.encode(prompt_of(tokenizer, 32, seed=1)).ids
     long_ids = tokenizer.encode(prompt_of(tokenizer, 64, seed=100)).ids

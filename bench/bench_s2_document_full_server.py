@@ -29,12 +29,16 @@ from bench.live import (
 from switchyard.config import SwitchyardConfig
 
 NAME = "s2_document_full_server"
-BULK_REPLIES = 8
+# Two teams of equal weight: `batch` fills the server with bulk (beyond its half it borrows),
+# `chat` runs interactive streams and then sends the document. Admission leases prompt +
+# max_tokens, so the numbers are chosen to pass it; the KV itself fills past what fits.
+BULK_REPLIES = 7
 BULK_PROMPT_TOKENS = 9_000
 BULK_MAX_TOKENS = 200
 INTERACTIVE_STREAMS = 4
+INTERACTIVE_TOKENS = 2_000
 DOCUMENT_TOKENS = 30_000
-FULL_FRACTION = 0.85
+FULL_FRACTION = 0.78
 
 
 async def _wait_kv_full(metrics_url: str, timeout_s: float) -> float:
@@ -49,9 +53,14 @@ async def _wait_kv_full(metrics_url: str, timeout_s: float) -> float:
     return used
 
 
-async def _scenario(url: str, model: str, metrics_url: str, config: SwitchyardConfig) -> dict[str, object]:
+async def _scenario(
+    url: str, model: str, metrics_url: str, config: SwitchyardConfig, teams: dict[str, dict[str, str]]
+) -> dict[str, object]:
     tokenizer = load_tokenizer(config, model)
-    async with httpx.AsyncClient(timeout=None) as client:
+    async with (
+        httpx.AsyncClient(timeout=None, headers=teams["chat"]) as client,
+        httpx.AsyncClient(timeout=None, headers=teams["batch"]) as batch,
+    ):
         inter, interactive = start_streams(
             client,
             url,
@@ -59,7 +68,7 @@ async def _scenario(url: str, model: str, metrics_url: str, config: SwitchyardCo
                 {
                     "model": model,
                     "prompt": prompt_of(tokenizer, 100, seed=500 + i),
-                    "max_tokens": 30_000,
+                    "max_tokens": INTERACTIVE_TOKENS,
                     "ignore_eos": True,
                 }
                 for i in range(INTERACTIVE_STREAMS)
@@ -68,7 +77,7 @@ async def _scenario(url: str, model: str, metrics_url: str, config: SwitchyardCo
         bulk = [
             asyncio.create_task(
                 stream_generate(
-                    client,
+                    batch,
                     url,
                     {
                         "model": model,
@@ -106,9 +115,12 @@ async def _scenario(url: str, model: str, metrics_url: str, config: SwitchyardCo
     }
 
 
-def run(url: str, model: str, metrics_url: str, config: SwitchyardConfig) -> dict[str, object]:
+def run(
+    url: str, model: str, metrics_url: str, config: SwitchyardConfig, teams: dict[str, dict[str, str]]
+) -> dict[str, object]:
+    """`teams`: request headers of teams `chat` and `batch`."""
     with MetricsSampler(metrics_url) as sampler:
-        r = asyncio.run(_scenario(url, model, metrics_url, config))
+        r = asyncio.run(_scenario(url, model, metrics_url, config, teams))
     doc: StreamTrace = r["doc"]  # type: ignore[assignment]
     bulk: list[StreamTrace] = r["bulk"]  # type: ignore[assignment]
     used = [s.get("nv_trt_llm_kv_cache_block_metrics.used", 0.0) for s in sampler.samples]

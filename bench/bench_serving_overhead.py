@@ -84,8 +84,8 @@ def in_process(model_dir: Path, engine_config: EngineConfig, prompt_ids: list[li
     }
 
 
-async def _live(url: str, model: str, prompts: list[str]) -> dict[str, float]:
-    async with httpx.AsyncClient(timeout=None) as client:
+async def _live(url: str, model: str, prompts: list[str], headers: dict[str, str]) -> dict[str, float]:
+    async with httpx.AsyncClient(timeout=None, headers=headers) as client:
         started = time.perf_counter()
         traces: list[StreamTrace] = await asyncio.gather(
             *(
@@ -110,13 +110,18 @@ async def _live(url: str, model: str, prompts: list[str]) -> dict[str, float]:
 
 
 def run(
-    url: str, model: str, model_dir: Path, engine_config: EngineConfig, config: SwitchyardConfig
+    url: str,
+    model: str,
+    model_dir: Path,
+    engine_config: EngineConfig,
+    config: SwitchyardConfig,
+    headers: dict[str, str],
 ) -> dict[str, object]:
     prompts = _prompts(config, model)
     tokenizer = load_tokenizer(config, model)
     prompt_ids = [tokenizer.encode(p).ids for p in prompts]
-    asyncio.run(_live(url, model, prompts[:2]))  # warm the path once
-    live = asyncio.run(_live(url, model, prompts))
+    asyncio.run(_live(url, model, prompts[:2], headers))  # warm the path once
+    live = asyncio.run(_live(url, model, prompts, headers))
     local = in_process(model_dir, engine_config, prompt_ids)
     ratio = live["tokens_per_s"] / local["tokens_per_s"]
     rows = [

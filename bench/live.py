@@ -14,15 +14,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+import redis
 from tokenizers import Tokenizer
 
-from switchyard.config import EngineSpec, PoolSpec, Ports, SwitchyardConfig
+from quota.keys import SyncKeyStore
+from switchyard.config import EngineSpec, PoolSpec, Ports, SwitchyardConfig, TeamSpec
 from switchyard.ports import free_ports
 from switchyard.stack import Stack
 
 
-def bench_config(base: SwitchyardConfig, pools: dict[str, tuple[str, EngineSpec]]) -> SwitchyardConfig:
-    """`base` with only the given pools (pool_id -> (model_id, engine)), all on free ports.
+def bench_config(
+    base: SwitchyardConfig, pools: dict[str, tuple[str, EngineSpec]], teams: dict[str, float]
+) -> SwitchyardConfig:
+    """`base` with only the given pools (pool_id -> (model_id, engine)) and teams (id ->
+    weight), every server and Redis on free ports.
 
     Each bench pool gets its own model id alias so the gateway can address it by name: the
     alias shares the base model's weights."""
@@ -35,14 +40,32 @@ def bench_config(base: SwitchyardConfig, pools: dict[str, tuple[str, EngineSpec]
         http, grpc, metrics = free_ports(3)
         ports = Ports(http=http, grpc=grpc, metrics=metrics)
         bench_pools[pool_id] = PoolSpec(model_id=pool_id, target_copies=1, engine=engine, ports=ports)
-    gateway = base.gateway.model_copy(update={"port": free_ports(1)[0]})
-    return base.model_copy(update={"models": models, "pools": bench_pools, "gateway": gateway})
+    gateway_port, redis_port = free_ports(2)
+    return base.model_copy(
+        update={
+            "models": models,
+            "pools": bench_pools,
+            "gateway": base.gateway.model_copy(update={"port": gateway_port}),
+            "redis": base.redis.model_copy(update={"port": redis_port}),
+            "teams": {team: TeamSpec(weight=weight) for team, weight in teams.items()},
+            "var_dir": str(base.var_path / "bench"),
+        }
+    )
 
 
-def start_stack(config: SwitchyardConfig) -> Stack:
-    stack = Stack(config, with_redis=False)
+def start_stack(config: SwitchyardConfig) -> tuple[Stack, dict[str, dict[str, str]]]:
+    """The stack running, and per team the headers that carry a fresh API key of it."""
+    stack = Stack(config)
     stack.start()
-    return stack
+    try:
+        client = redis.Redis.from_url(config.redis.url)
+        client.flushall()  # leases and records of an earlier run would skew this one
+        store = SyncKeyStore(client, config.teams)
+        headers = {team: {"Authorization": f"Bearer {store.create(team)}"} for team in config.teams}
+    except BaseException:
+        stack.stop()
+        raise
+    return stack, headers
 
 
 @dataclass(slots=True)
@@ -56,6 +79,7 @@ class StreamTrace:
     stop_reason: str | None = None
     usage: dict[str, int] = field(default_factory=dict)
     error: str | None = None
+    retry_after_s: float | None = None  # the Retry-After of a refused request
     finished: float | None = None
 
     @property
@@ -87,6 +111,8 @@ async def stream_generate(
     async with client.stream("POST", f"{url}/v1/generate", json={**body, "stream": True}) as response:
         if response.status_code != 200:
             trace.error = f"HTTP {response.status_code}: {(await response.aread()).decode()}"
+            retry_after = response.headers.get("retry-after")
+            trace.retry_after_s = float(retry_after) if retry_after else None
             trace.finished = time.perf_counter()
             return trace
         event = ""
