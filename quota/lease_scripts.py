@@ -148,7 +148,8 @@ elseif (used + tokens) * total <= capacity * weight then
   -- Beyond the share guaranteed over every configured team, the room belongs to idle teams:
   -- borrowed, so a team that comes back takes it first.
   elseif (used + tokens) * total_all <= capacity * weight then d = 'admit'
-  else d = 'borrow' end
+  elseif leased + tokens <= capacity then d = 'borrow'
+  else d = 'fleet_full' end
 elseif not others_waiting and leased + tokens <= capacity then d = 'borrow'
 else d = 'refuse_team' end
 

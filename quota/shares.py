@@ -2,15 +2,22 @@
 
 A pool's capacity is counted in KV tokens across its ready servers. Every team that currently
 wants capacity in the pool (holds leases there, has requests waiting, or is asking now) is
-guaranteed `capacity × weight / Σ weights of the teams that want capacity`; idle teams' shares
-are spread over the active ones. A request of N tokens from team T is:
+guaranteed `capacity × weight / Σ weights of the teams that want capacity` (its share); idle
+teams' shares are spread over the active ones. Only `capacity × weight / Σ weights of every
+configured team` (its static share) is the team's own whatever the others do, so room taken
+between the two is lent by idle teams. A request of N tokens from team T is:
 
-    T's in-use + N ≤ T's share ──┬─ N fits beside the owned leases ─────────▶ ADMIT
-                                 └─ it does not (someone is over a stale share,
-                                    or the fleet shrank) ────────────────────▶ FLEET_FULL (queue)
+    T's in-use + N ≤ T's share ──┬─ N does not fit beside the owned leases
+                                 │  (the fleet shrank) ────────────────────▶ FLEET_FULL (queue)
+                                 ├─ T's in-use + N ≤ T's static share ─────▶ ADMIT
+                                 └─ beyond it ─────────────────────────────▶ BORROW (bulk priority)
     beyond T's share ────────────┬─ N fits in unleased room and no other team
                                  │  is waiting ────────────────────────────▶ BORROW (bulk priority)
                                  └─ otherwise ──────────────────────────────▶ REFUSE_TEAM (429)
+
+Each team's owned leases stay within its static share, and static shares sum to the capacity,
+so while the capacity holds, an interactive request within its team's share always fits beside
+them: FLEET_FULL for interactive work means servers went away since the leases were taken.
 
 Borrowed leases are the first to go when owners return: an interactive owner is admitted
 against room held by borrowers (`capacity − owned`), because borrowed work runs at bulk
@@ -194,7 +201,11 @@ class SharePolicy:
             # borrowed work, which runs at bulk priority).
             if (load.in_use + tokens) * self.total_weight <= pool.capacity_tokens * weight:
                 return answer(Decision.ADMIT)
-            return answer(Decision.BORROW)
+            # Borrowed work runs at bulk priority, which the engine never preempts for bulk:
+            # it may only take room no lease holds.
+            if leased + tokens <= pool.capacity_tokens:
+                return answer(Decision.BORROW)
+            return answer(Decision.FLEET_FULL, fallback_at)
         if not (waiting - {team}) and leased + tokens <= pool.capacity_tokens:
             return answer(Decision.BORROW)
         # Beyond the share: retry when enough of the team's own leases have ended for this

@@ -55,6 +55,16 @@ async def fill(admission: Admission, team: str, leases: int, tokens: int) -> lis
     return [await admission.admit(team, "small", tokens, "interactive") for _ in range(leases)]
 
 
+async def fill_then_shrink(admission: Admission, capacity: StaticCapacity, leases: int, tokens: int) -> list[Lease]:
+    """c takes `leases` x `tokens` within its static share (owned), then servers go until the
+    owned leases fill the pool. Only a shrinking pool leaves an interactive request within its
+    share without room: owned leases stay within static shares, which sum to the capacity."""
+    held = await fill(admission, "c", leases, tokens)
+    assert not any(lease.borrowed for lease in held)
+    capacity.set("small", sum(load.owned_tokens for load in (await admission.store.loads("small")).values()))
+    return held
+
+
 async def until(condition: Callable[[], bool], timeout_s: float = 3.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():
@@ -87,10 +97,27 @@ async def test_admit_release_and_snapshot(client: aioredis.Redis) -> None:
     assert (await admission.refresh_snapshot())["small"].leases == {"c": TeamLoad(100)}
 
 
-async def test_over_share_team_gets_429_with_retry_after_from_its_own_leases(client: aioredis.Redis) -> None:
+async def test_a_flooding_team_borrows_and_a_returning_team_is_admitted_at_once(client: aioredis.Redis) -> None:
     admission = admission_for(client, StaticCapacity({"small": 8000}), poll_s=10.0)
-    a_lease = await admission.admit("a", "small", 4000, "interactive", expected_s=3.0)  # alone: fine
-    b_waits = asyncio.create_task(admission.admit("b", "small", 4500, "interactive"))  # within share, no room
+    flood = await fill(admission, "a", 8, 1000)  # alone: its share is the whole pool, 1,000 its own
+    assert [lease.borrowed for lease in flood] == [False] + [True] * 7
+    started = time.monotonic()
+    b_leases = await fill(admission, "b", 3, 1000)  # b's static share, in the room a borrowed
+    assert time.monotonic() - started < 0.3  # not queued behind a's flood
+    assert not any(lease.borrowed for lease in b_leases)
+    with pytest.raises(AdmissionRefused) as refused:
+        await admission.admit("a", "small", 1, "interactive")
+    assert (refused.value.status, refused.value.decision) == (429, Decision.REFUSE_TEAM)
+    assert "share is 2000" in refused.value.message
+    assert admission.snapshot()["small"].leases == {"a": TeamLoad(1000, 7000), "b": TeamLoad(3000)}
+
+
+async def test_over_share_team_gets_429_with_retry_after_from_its_own_leases(client: aioredis.Redis) -> None:
+    capacity = StaticCapacity({"small": 8000})
+    admission = admission_for(client, capacity, poll_s=10.0)
+    a_lease = await admission.admit("a", "small", 1000, "interactive", expected_s=3.0)  # a's static share
+    await fill_then_shrink(admission, capacity, 1, 4000)  # c's static share; the pool is now 5,000
+    b_waits = asyncio.create_task(admission.admit("b", "small", 1000, "interactive"))  # within share, no room
     await until(lambda: admission.snapshot()["small"].queued == {"b": 1})
     asked = time.monotonic()
     with pytest.raises(AdmissionRefused) as refused:
@@ -98,18 +125,18 @@ async def test_over_share_team_gets_429_with_retry_after_from_its_own_leases(cli
     assert time.monotonic() - asked < 0.3  # at once: a refused team never waits in the queue
     error = refused.value
     assert (error.status, error.retry_after_s, error.decision, error.param) == (429, 3, Decision.REFUSE_TEAM, None)
-    assert "share is 2000" in error.message and "retry after 3 s" in error.message
+    assert "share is 625" in error.message and "retry after 3 s" in error.message
     released_at = time.monotonic()
     await admission.release(a_lease)  # wakes b's queue at once (polling is 10 s here)
     b_lease = await asyncio.wait_for(b_waits, 1.0)
     assert time.monotonic() - released_at < 0.5
-    assert b_lease.tokens == 4500 and not b_lease.borrowed
+    assert b_lease.tokens == 1000 and not b_lease.borrowed
     assert "b" not in {t for t, load in (await admission.store.loads("small")).items() if load.waiters}
 
 
 async def test_bulk_never_queues(client: aioredis.Redis) -> None:
     admission = admission_for(client, StaticCapacity({"small": 1000}))
-    await fill(admission, "c", 1, 1000)
+    await fill(admission, "c", 1, 1000)  # borrowed: bulk needs room that no lease holds
     started = time.monotonic()
     with pytest.raises(AdmissionRefused) as refused:
         await admission.admit("b", "small", 100, "bulk")
@@ -119,8 +146,9 @@ async def test_bulk_never_queues(client: aioredis.Redis) -> None:
 
 
 async def test_interactive_waits_a_bounded_time_then_503(client: aioredis.Redis) -> None:
-    admission = admission_for(client, StaticCapacity({"small": 1000}), queue_timeout_s=0.3)
-    await fill(admission, "c", 1, 1000)
+    capacity = StaticCapacity({"small": 2000})
+    admission = admission_for(client, capacity, queue_timeout_s=0.3)
+    await fill_then_shrink(admission, capacity, 1, 1000)
     started = time.monotonic()
     with pytest.raises(AdmissionRefused) as refused:
         await admission.admit("b", "small", 100, "interactive")
@@ -132,8 +160,9 @@ async def test_interactive_waits_a_bounded_time_then_503(client: aioredis.Redis)
 
 
 async def test_queued_requests_are_admitted_in_weighted_fair_order(client: aioredis.Redis) -> None:
-    admission = admission_for(client, StaticCapacity({"small": 8000}), queue_timeout_s=5.0)
-    c_leases = await fill(admission, "c", 80, 100)  # alone: the whole pool
+    capacity = StaticCapacity({"small": 16_000})
+    admission = admission_for(client, capacity, queue_timeout_s=5.0)
+    c_leases = await fill_then_shrink(admission, capacity, 80, 100)  # 8,000, all c's
     order: list[str] = []
 
     async def ask(name: str) -> None:
@@ -154,11 +183,13 @@ async def test_queued_requests_are_admitted_in_weighted_fair_order(client: aiore
 
 
 async def test_a_request_that_fits_is_admitted_while_a_larger_one_waits(client: aioredis.Redis) -> None:
-    admission = admission_for(client, StaticCapacity({"small": 1000}), poll_s=10.0)
-    await fill(admission, "c", 1, 900)
+    capacity = StaticCapacity({"small": 1800})
+    admission = admission_for(client, capacity, poll_s=10.0)
+    await fill_then_shrink(admission, capacity, 1, 900)
+    capacity.set("small", 1000)  # 100 tokens free
     waiting = asyncio.create_task(admission.admit("b", "small", 300, "interactive"))
     await until(lambda: admission.snapshot()["small"].queued == {"b": 1})
-    small = await admission.admit("a", "small", 100, "interactive")  # within a's share, and it fits
+    small = await admission.admit("a", "small", 100, "interactive")  # within a's share (125), and it fits
     assert not small.borrowed
     assert not waiting.done()
     waiting.cancel()
@@ -169,20 +200,20 @@ async def test_a_request_that_fits_is_admitted_while_a_larger_one_waits(client: 
 
 
 async def test_a_capacity_change_wakes_the_queue(client: aioredis.Redis) -> None:
-    capacity = StaticCapacity({"small": 1000})
+    capacity = StaticCapacity({"small": 2000})
     admission = admission_for(client, capacity, poll_s=10.0)
-    await fill(admission, "c", 1, 1000)
+    await fill_then_shrink(admission, capacity, 1, 1000)
     waiting = asyncio.create_task(admission.admit("b", "small", 300, "interactive"))
     await until(lambda: admission.snapshot()["small"].queued == {"b": 1})
-    capacity.set("small", 2000)  # a server became ready
+    capacity.set("small", 2000)  # a server became ready again
     lease = await asyncio.wait_for(waiting, 0.5)
-    assert lease.tokens == 300
+    assert lease.tokens == 300 and not lease.borrowed
 
 
 async def test_a_release_by_another_gateway_is_found_by_polling(client: aioredis.Redis) -> None:
-    capacity = StaticCapacity({"small": 1000})
+    capacity = StaticCapacity({"small": 2000})
     here, there = admission_for(client, capacity), admission_for(client, capacity)
-    (held,) = await fill(there, "c", 1, 1000)
+    (held,) = await fill_then_shrink(there, capacity, 1, 1000)
     waiting = asyncio.create_task(here.admit("b", "small", 300, "interactive"))
     await until(lambda: here.snapshot()["small"].queued == {"b": 1})
     await there.release(held)  # kicks only `there`'s queue

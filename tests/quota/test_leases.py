@@ -47,34 +47,58 @@ async def test_share_maths_with_three_teams_through_redis(client: aioredis.Redis
         outcome = await store.reserve(team, "small", tokens, 30, capacity_tokens=8000, interactive=interactive)
         return outcome.decision.decision
 
-    assert await reserve("a", 6000) is Decision.ADMIT  # alone: its share is the whole pool
-    assert await reserve("b", 1500) is Decision.ADMIT  # b's share beside a: 6,000
-    assert await store.in_use("small") == {"a": 6000, "b": 1500}
-    assert await reserve("b", 501) is Decision.FLEET_FULL  # within share, but a's leases fill the pool
-    assert await reserve("a", 100) is Decision.BORROW  # a is over its 2,000 share; the room is idle
-    mark = WaiterMark("b-waits", T0 + 5)
-    queued = await store.reserve("b", "small", 501, 30, capacity_tokens=8000, waiter=mark)
-    assert queued.decision.decision is Decision.FLEET_FULL
-    refused = await store.reserve("a", "small", 100, 30, capacity_tokens=8000)
-    assert (refused.decision.decision, refused.decision.share_tokens) == (Decision.REFUSE_TEAM, 2000.0)
+    # Static shares (8,000 x weight / 8): a 1,000, b 3,000, c 4,000.
+    assert await reserve("c", 4000) is Decision.ADMIT
+    assert await reserve("a", 1000) is Decision.ADMIT
+    lent = await store.reserve("a", "small", 600, 30, capacity_tokens=8000)
+    # Beside c (b idle) a's share is 1,600; the 600 above its static share are b's, lent.
+    assert (lent.decision.decision, lent.decision.share_tokens) == (Decision.BORROW, 1600.0)
+    assert lent.lease is not None and lent.lease.borrowed
+    assert await store.loads("small") == {"a": TeamLoad(1000, 600), "c": TeamLoad(4000)}
+    # b returns for its static share: as bulk it needs unleased room (2,400); as interactive it
+    # takes the room a borrowed (the engine preempts a's bulk-priority work).
+    assert await reserve("b", 3000, interactive=False) is Decision.FLEET_FULL
+    assert await reserve("b", 3000) is Decision.ADMIT
+    refused = await store.reserve("a", "small", 1, 30, capacity_tokens=8000)
+    assert (refused.decision.decision, refused.decision.share_tokens) == (Decision.REFUSE_TEAM, 1000.0)
     assert refused.decision.retry_after_s == 30  # its leases end with their TTL (no expected_s given)
-    assert await reserve("c", 400, interactive=False) is Decision.FLEET_FULL  # bulk waits behind b
-    await store.unwait("small", "b-waits")
-    assert await reserve("c", 401, interactive=False) is Decision.FLEET_FULL  # bulk needs unleased room
-    assert await reserve("c", 400, interactive=False) is Decision.ADMIT
-    assert await store.in_use("small") == {"a": 6100, "b": 1500, "c": 400}
+    assert await reserve("c", 1) is Decision.REFUSE_TEAM  # every share is taken: nothing to lend
+    assert await store.loads("small") == {"a": TeamLoad(1000, 600), "b": TeamLoad(3000), "c": TeamLoad(4000)}
+
+
+async def test_a_lone_team_borrows_beyond_its_static_share_and_a_returning_team_takes_that_room(
+    client: aioredis.Redis,
+) -> None:
+    """S9's shape: a floods while alone; b's interactive requests are admitted into a's
+    borrowed room at once, within b's own (static) share."""
+    store = store_for(client, FakeClock())
+    flood = [await store.reserve("a", "small", 1000, 30, capacity_tokens=8000) for _ in range(8)]
+    assert [o.decision.share_tokens for o in flood] == [8000.0] * 8  # alone: the whole pool is its share
+    assert [o.lease.borrowed for o in flood if o.lease is not None] == [False] + [True] * 7
+    assert (await store.reserve("a", "small", 1, 30, capacity_tokens=8000)).decision.decision is Decision.REFUSE_TEAM
+    assert await store.loads("small") == {"a": TeamLoad(1000, 7000)}
+    b = await store.reserve("b", "small", 3000, 30, capacity_tokens=8000)
+    assert b.decision.decision is Decision.ADMIT
+    assert b.lease is not None and not b.lease.borrowed
+    assert await store.loads("small") == {"a": TeamLoad(1000, 7000), "b": TeamLoad(3000)}
+    # Bulk work waits for unleased room: the engine would not preempt a's bulk work for it.
+    bulk = await store.reserve("b", "small", 1, 30, capacity_tokens=8000, interactive=False)
+    assert bulk.decision.decision is Decision.FLEET_FULL
 
 
 async def test_borrowed_leases_are_marked_and_give_way_to_interactive_owners(client: aioredis.Redis) -> None:
     clock = FakeClock()
     store = store_for(client, clock)
     await store.reserve("c", "small", 100, 30, capacity_tokens=8000)
-    # a's share beside c is 1,600: 1,500 is its own, the next 4,000 are borrowed.
-    own = await store.reserve("a", "small", 1500, 30, capacity_tokens=8000)
+    # a's share beside c is 1,600: its static 1,000 is its own; the 500 above it and the 4,000
+    # beyond its share are borrowed.
+    own = await store.reserve("a", "small", 1000, 30, capacity_tokens=8000)
+    lent = await store.reserve("a", "small", 500, 30, capacity_tokens=8000)
     borrowed = await store.reserve("a", "small", 4000, 30, capacity_tokens=8000)
     assert own.lease is not None and not own.lease.borrowed
+    assert lent.lease is not None and lent.lease.borrowed
     assert borrowed.lease is not None and borrowed.lease.borrowed
-    assert await store.loads("small") == {"a": TeamLoad(1500, 4000), "c": TeamLoad(100)}
+    assert await store.loads("small") == {"a": TeamLoad(1000, 4500), "c": TeamLoad(100)}
     # b (share 3,000) takes room a borrowed, as interactive; not as bulk.
     bulk = await store.reserve("b", "small", 3000, 30, capacity_tokens=8000, interactive=False)
     assert bulk.decision.decision is Decision.FLEET_FULL
@@ -130,7 +154,8 @@ async def test_release_is_idempotent(client: aioredis.Redis) -> None:
 async def test_waiter_marks_stop_other_teams_borrowing_until_they_expire(client: aioredis.Redis) -> None:
     clock = FakeClock()
     store = store_for(client, clock)
-    await store.reserve("a", "small", 900, 30, capacity_tokens=1000)  # alone: all of it
+    await store.reserve("c", "small", 900, 30, capacity_tokens=2000)  # within c's static 1,000: owned
+    # Then servers went: 1,000 tokens are left, 900 of them c's. b's share beside c is 428.
     mark = WaiterMark("w1", T0 + 5)
     waiting = await store.reserve("b", "small", 300, 30, capacity_tokens=1000, waiter=mark)
     assert waiting.decision.decision is Decision.FLEET_FULL
@@ -138,19 +163,21 @@ async def test_waiter_marks_stop_other_teams_borrowing_until_they_expire(client:
     # The same waiter trying again is still one waiter.
     await store.reserve("b", "small", 300, 30, capacity_tokens=1000, waiter=mark)
     assert (await store.loads("small"))["b"] == TeamLoad(waiters=1)
-    # a is over its share (250) and b waits: refused, though 100 tokens are free.
-    assert (await store.reserve("a", "small", 50, 30, capacity_tokens=1000)).decision.decision is Decision.REFUSE_TEAM
+    # c is over its share (571) and b waits: refused, though 100 tokens are free.
+    assert (await store.reserve("c", "small", 50, 30, capacity_tokens=1000)).decision.decision is Decision.REFUSE_TEAM
     clock.now = T0 + 5
-    assert "b" not in await store.loads("small")  # b's wait is over: a is alone again
-    assert (await store.reserve("a", "small", 50, 30, capacity_tokens=1000)).decision.decision is Decision.ADMIT
-    # unwait clears a mark at once; an admission clears its own waiter's mark.
-    await store.reserve("c", "small", 700, 30, capacity_tokens=1000, waiter=WaiterMark("w2", T0 + 60))
-    assert (await store.loads("small"))["c"] == TeamLoad(waiters=1)
+    assert "b" not in await store.loads("small")  # b's wait is over: c is alone again and borrows
+    assert (await store.reserve("c", "small", 50, 30, capacity_tokens=1000)).decision.decision is Decision.BORROW
+    # unwait clears a mark at once; an admission clears its own waiter's mark. (a's share beside
+    # c is 200; 100 tokens are free.)
+    await store.reserve("a", "small", 150, 30, capacity_tokens=1000, waiter=WaiterMark("w2", T0 + 60))
+    assert (await store.loads("small"))["a"] == TeamLoad(waiters=1)
     await store.unwait("small", "w2")
-    assert "c" not in await store.loads("small")
-    await store.reserve("c", "small", 700, 30, capacity_tokens=1000, waiter=WaiterMark("w3", T0 + 60))
-    await store.reserve("c", "small", 700, 30, capacity_tokens=2000, waiter=WaiterMark("w3", T0 + 60))
-    assert (await store.loads("small"))["c"] == TeamLoad(owned_tokens=700)
+    assert "a" not in await store.loads("small")
+    await store.reserve("a", "small", 150, 30, capacity_tokens=1000, waiter=WaiterMark("w3", T0 + 60))
+    assert (await store.loads("small"))["a"] == TeamLoad(waiters=1)
+    await store.reserve("a", "small", 150, 30, capacity_tokens=2000, waiter=WaiterMark("w3", T0 + 60))
+    assert (await store.loads("small"))["a"] == TeamLoad(owned_tokens=150)
 
 
 async def test_tokens_per_day_counts_metered_usage_and_leases_in_flight(client: aioredis.Redis) -> None:
@@ -175,7 +202,7 @@ async def test_script_agrees_with_share_policy_on_random_states(client: aioredis
     store = store_for(client, clock, limits)
     policy = SharePolicy(WEIGHTS, limits)
     held: dict[str, Lease] = {}
-    seen = set()
+    seen: set[Decision | str] = set()
     for step in range(400):
         clock.now += rng.uniform(0, 0.5)
         if held and rng.random() < 0.3:
@@ -198,6 +225,26 @@ async def test_script_agrees_with_share_policy_on_random_states(client: aioredis
         expected = policy.decide(ShareRequest(team, tokens, interactive), outcome.pool, outcome.usage, clock.now)
         assert outcome.decision == expected
         seen.add(expected.decision)
+        weight, total = policy.share_weight(team, outcome.pool)
+        in_use = outcome.pool.loads.get(team, TeamLoad()).in_use
+        if expected.decision is Decision.BORROW and (in_use + tokens) * total <= capacity * weight:
+            seen.add("borrow within share")  # beyond the static share only
         if outcome.lease is not None:
             held[outcome.lease.lease_id] = outcome.lease
-    assert seen == {Decision.ADMIT, Decision.BORROW, Decision.REFUSE_TEAM, Decision.REFUSE_LIMIT, Decision.FLEET_FULL}
+    decisions = {Decision.ADMIT, Decision.BORROW, Decision.REFUSE_TEAM, Decision.REFUSE_LIMIT, Decision.FLEET_FULL}
+    assert seen == decisions | {"borrow within share"}
+
+
+async def test_script_and_policy_sum_the_weights_in_the_same_order(
+    client: aioredis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    """On a boundary where the order of summing the weights decides: 1,000 x (0.1 + 0.2 + 0.3)
+    is over 2,000 x 0.3 summed left to right, and not summed right to left."""
+    weights = {"a": 0.1, "b": 0.2, "c": 0.3}
+    assert 1000 * (0.1 + 0.2 + 0.3) > 2000 * 0.3 >= 1000 * (0.3 + 0.2 + 0.1)
+    store = LeaseStore(client, SharePolicy(weights), FakeClock())
+    outcome = await store.reserve("c", "small", 1000, 30, capacity_tokens=2000)
+    expected = SharePolicy(weights).decide(ShareRequest("c", 1000, True), outcome.pool, outcome.usage, T0)
+    assert outcome.decision == expected
+    assert expected.decision is Decision.BORROW
+    assert "disagree" not in caplog.text

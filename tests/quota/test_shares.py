@@ -1,6 +1,9 @@
-"""SharePolicy: exact decisions for three teams of weights 1, 3 and 4 on an 8,000-token pool."""
+"""SharePolicy: exact decisions for three teams of weights 1, 3 and 4 on an 8,000-token pool
+(static shares 1,000, 3,000 and 4,000)."""
 
 from __future__ import annotations
+
+import random
 
 import pytest
 
@@ -78,14 +81,71 @@ def test_refused_team_retries_when_its_own_leases_have_freed_enough() -> None:
     assert "retry after 1 s" in result.reason and "share is 1000" in result.reason
 
 
+def test_a_team_alone_borrows_beyond_its_static_share() -> None:
+    # Alone, a's share is the whole pool, but only 8,000 x 1/8 is its own: the rest is lent.
+    view = pool(a=TeamLoad(900))
+    assert POLICY.share_tokens("a", view) == 8000.0
+    assert decide("a", 100, view) == (Decision.ADMIT, None)
+    result = POLICY.decide(ShareRequest("a", 101, True), view, TeamUsage(), NOW)
+    assert (result.decision, result.share_tokens, result.retry_after_s) == (Decision.BORROW, 8000.0, None)
+    assert decide("a", 7100, view) == (Decision.BORROW, None)  # up to its whole share
+    assert decide("a", 7101, view)[0] is Decision.REFUSE_TEAM  # beyond it, and no unleased room
+    assert decide("a", 101, view, interactive=False) == (Decision.BORROW, None)
+    assert decide("c", 4000, pool()) == (Decision.ADMIT, None)
+    assert decide("c", 4001, pool()) == (Decision.BORROW, None)
+
+
+def test_within_share_beyond_static_share_borrows_even_while_others_wait() -> None:
+    # Beside c (b idle) a's share is 1,600: the 600 above its static 1,000 are b's, lent. A
+    # request within the share is not refused because c waits; beyond the share it is.
+    view = pool(a=TeamLoad(1000), c=TeamLoad(100, waiters=1))
+    assert POLICY.share_tokens("a", view) == 1600.0
+    assert decide("a", 600, view) == (Decision.BORROW, None)
+    assert decide("a", 601, view)[0] is Decision.REFUSE_TEAM
+
+
 def test_fleet_full_when_within_share_but_owned_leases_fill_the_pool() -> None:
-    # a took 7,500 while alone (its share was everything then); b returns within its share.
-    view = pool(a=TeamLoad(7500), next_end=NOW + 2.5)
-    assert POLICY.share_tokens("b", view) == 6000.0
+    # a and c took their static shares (1,000 and 4,000, owned) of 8,000; then servers went and
+    # 5,500 are left. b returns within its share, 5,500 x 3/8.
+    view = pool(capacity=5500, next_end=NOW + 2.5, a=TeamLoad(1000), c=TeamLoad(4000))
+    assert POLICY.share_tokens("b", view) == 2062.5
     assert decide("b", 500, view) == (Decision.ADMIT, None)
     assert decide("b", 501, view) == (Decision.FLEET_FULL, 3)
-    # a itself is now over its 2,000 share and b wants capacity: a is refused, b is not.
-    assert decide("a", 1, pool(a=TeamLoad(7500), b=TeamLoad(waiters=1)))[0] is Decision.REFUSE_TEAM
+    # a itself is now over its 687.5 share and b wants capacity: a is refused, b is not.
+    waiting = pool(capacity=5500, a=TeamLoad(1000), b=TeamLoad(waiters=1), c=TeamLoad(4000))
+    assert decide("a", 1, waiting)[0] is Decision.REFUSE_TEAM
+
+
+@pytest.mark.parametrize("weights", [WEIGHTS, {"a": 0.1, "b": 0.2, "c": 0.3}, {"a": 5.0, "b": 1.0, "c": 1.0}])
+def test_at_a_fixed_capacity_interactive_work_within_its_share_always_fits(weights: dict[str, float]) -> None:
+    """Owned leases stay within static shares, which sum to the capacity: an interactive request
+    within its team's static share is never FLEET_FULL unless servers went away. (Beyond it the
+    request may only borrow unleased room, so it can be FLEET_FULL: borrowed work runs at bulk
+    priority and must not over-commit the pool.)"""
+    rng = random.Random(11)
+    policy = SharePolicy(weights)
+    leases: list[tuple[str, int, bool]] = []  # (team, tokens, borrowed)
+    seen = set()
+    for _ in range(3000):
+        if leases and rng.random() < 0.4:
+            leases.pop(rng.randrange(len(leases)))
+            continue
+        loads = {
+            t: TeamLoad(sum(n for u, n, b in leases if u == t and not b), sum(n for u, n, b in leases if u == t and b))
+            for t in weights
+        }
+        view = PoolView("small", 8000, {t: load for t, load in loads.items() if load.in_use})
+        team, tokens, interactive = rng.choice(sorted(weights)), rng.randint(1, 2500), rng.random() < 0.7
+        decision = policy.decide(ShareRequest(team, tokens, interactive), view, TeamUsage(), NOW).decision
+        in_use = sum(n for u, n, _ in leases if u == team)
+        within_static = (in_use + tokens) * policy.total_weight <= 8000 * weights[team]
+        assert not (interactive and within_static and decision is Decision.FLEET_FULL)
+        leased = sum(n for _, n, _ in leases)
+        assert not (decision is Decision.BORROW and leased + tokens > 8000)  # never over-committed
+        seen.add(decision)
+        if decision.admitted:
+            leases.append((team, tokens, decision is Decision.BORROW))
+    assert seen == {Decision.ADMIT, Decision.BORROW, Decision.REFUSE_TEAM, Decision.FLEET_FULL}
 
 
 def test_interactive_owners_take_room_held_by_borrowers_but_bulk_owners_do_not() -> None:
@@ -93,6 +153,11 @@ def test_interactive_owners_take_room_held_by_borrowers_but_bulk_owners_do_not()
     assert decide("b", 1000, view) == (Decision.ADMIT, None)  # the engine preempts a's borrowed bulk work
     assert decide("b", 1000, view, interactive=False) == (Decision.FLEET_FULL, 9)
     assert decide("b", 500, view, interactive=False) == (Decision.ADMIT, None)
+    # a flooded alone (its static 1,000 owned, the rest borrowed): b's whole static share is its own.
+    flooded = pool(a=TeamLoad(1000, 7000))
+    assert decide("b", 3000, flooded) == (Decision.ADMIT, None)
+    assert decide("c", 4000, flooded) == (Decision.ADMIT, None)
+    assert decide("b", 1, flooded, interactive=False)[0] is Decision.FLEET_FULL
 
 
 def test_bulk_waits_while_interactive_requests_wait() -> None:
@@ -110,7 +175,8 @@ def test_fleet_full_when_the_pool_has_no_servers_or_is_smaller_than_the_request(
 
 def test_hard_limits_come_before_shares() -> None:
     policy = SharePolicy(WEIGHTS, {"a": TeamLimits(max_inflight_tokens=2000, tokens_per_day=10_000)})
-    view = pool(a=TeamLoad(1800), next_end=NOW + 30)
+    # a holds 800 here (within its static 1,000) and 1,800 in flight across every pool.
+    view = pool(a=TeamLoad(800), next_end=NOW + 30)
     in_flight = TeamUsage(inflight_tokens=1800, lease_ends=((NOW + 4, 300), (NOW + 8, 1500)))
     assert decide("a", 200, view, in_flight, policy=policy) == (Decision.ADMIT, None)
     assert decide("a", 500, view, in_flight, policy=policy) == (Decision.REFUSE_LIMIT, 4)
