@@ -92,16 +92,18 @@ def create_app(
             cancel_bus = CancelBus(redis_client, registry.cancel)
             await cancel_bus.start()
             stack.push_async_callback(cancel_bus.close)
+            admission = Admission(loaded, redis_client, source)
             generation = GenerationService(
                 loaded,
                 catalog,
                 registry,
                 idempotency=IdempotencyStore(redis_client),
-                admission=Admission(loaded, redis_client, source),
+                admission=admission,
                 metering=metering,
                 cancel_bus=cancel_bus,
+                metrics=app.state.metrics,
             )
-            app.state.services = Services(loaded, catalog, backend, registry, generation)
+            app.state.services = Services(loaded, catalog, backend, registry, generation, admission)
             try:
                 yield
             finally:

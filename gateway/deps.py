@@ -14,6 +14,7 @@ from gateway.generation import GenerationService
 from gateway.metrics import GatewayMetrics
 from gateway.requests_registry import RequestRegistry
 from gateway.settings import GatewaySettings
+from quota.admission import Admission
 from switchyard.config import SwitchyardConfig
 
 
@@ -26,6 +27,7 @@ class Services:
     backend: GenerationBackend
     registry: RequestRegistry
     generation: GenerationService
+    admission: Admission
 
 
 def get_settings(request: Request) -> GatewaySettings:
@@ -63,9 +65,14 @@ def get_generation(request: Request) -> GenerationService:
     return get_services(request).generation
 
 
+def get_admission(request: Request) -> Admission:
+    return get_services(request).admission
+
+
 SettingsDep = Annotated[GatewaySettings, Depends(get_settings)]
 MetricsDep = Annotated[GatewayMetrics, Depends(get_metrics)]
 CatalogDep = Annotated[ModelCatalog, Depends(get_catalog)]
 BackendDep = Annotated[GenerationBackend, Depends(get_backend)]
 RegistryDep = Annotated[RequestRegistry, Depends(get_registry)]
 GenerationDep = Annotated[GenerationService, Depends(get_generation)]
+AdmissionDep = Annotated[Admission, Depends(get_admission)]

@@ -29,6 +29,7 @@ from gateway.catalog import ModelCatalog, ServedModel
 from gateway.errors import ApiError, invalid_request, model_not_found
 from gateway.idempotency import ClaimState, IdempotencyStore, StoredDelta
 from gateway.metering import Metering
+from gateway.metrics import GatewayMetrics
 from gateway.requests_registry import InflightRequest, RequestIdInUse, RequestRegistry
 from quota.admission import Admission, AdmissionRefused
 from quota.leases import Lease
@@ -78,6 +79,7 @@ class GenerationService:
         admission: Admission,
         metering: Metering,
         cancel_bus: CancelBus,
+        metrics: GatewayMetrics | None = None,
         attach_idle_timeout_s: float = 60.0,
     ) -> None:
         self._config = config
@@ -87,6 +89,7 @@ class GenerationService:
         self._admission = admission
         self._metering = metering
         self._cancel_bus = cancel_bus
+        self._metrics = metrics
         self._attach_idle_timeout_s = attach_idle_timeout_s
 
     def model(self, model_id: str) -> ServedModel:
@@ -106,6 +109,8 @@ class GenerationService:
         check_context(model, prompt_tokens, inp.max_tokens)
         public_id = inp.request_id or uuid.uuid4().hex
         scoped = scoped_id(team_id, public_id)
+        # Before the claim: a refusal after it would leave the id claimed with nothing running.
+        pool_id = self._pool_for(model.model_id)
 
         local = self._registry.get(scoped)
         claim = await self._idempotency.claim(team_id, public_id, digest)
@@ -122,10 +127,11 @@ class GenerationService:
                 scoped, public_id, model.model_id, self._replay(team_id, public_id, self._attach_idle_timeout_s)
             )
 
-        pool_id = self._pool_for(model.model_id)
+        admitting = time.monotonic()
         try:
             lease = await self._admission.admit(team_id, pool_id, prompt_tokens + inp.max_tokens, request_class)
         except AdmissionRefused as refused:
+            self._observe_admission(pool_id, request_class, admitting)
             await self._idempotency.forget(team_id, public_id)  # a retry with this id may run
             headers = {"Retry-After": str(refused.retry_after_s)} if refused.retry_after_s is not None else None
             status_type = {429: "rate_limit_error", 503: "service_unavailable", 413: "request_too_large"}
@@ -133,6 +139,7 @@ class GenerationService:
                 refused.status, status_type.get(refused.status, "rate_limit_error"), refused.message,
                 refused.param, headers,
             ) from None  # fmt: skip
+        self._observe_admission(pool_id, request_class, admitting)
         request = GenerationRequest(
             request_id=scoped,
             model_id=model.model_id,
@@ -176,6 +183,10 @@ class GenerationService:
         await ended.wait_done()
         return ended
 
+    def _observe_admission(self, pool_id: str, request_class: str, began: float) -> None:
+        if self._metrics is not None:
+            self._metrics.admission_wait.labels(pool_id, request_class).observe(time.monotonic() - began)
+
     def _pool_for(self, model_id: str) -> str:
         pools = self._config.pools_for_model(model_id)
         if not pools:
@@ -186,6 +197,10 @@ class GenerationService:
         """A generation recorded in Redis, from its first delta, as backend deltas."""
         try:
             async for stored in self._idempotency.follow(team_id, public_id, idle_timeout_s=idle_timeout_s):
+                if stored.final is not None and stored.final.get("error"):
+                    # A failed generation replays as the failure it was, not as a normal end.
+                    yield GenerationDelta(usage=Usage(**stored.final.get("usage", {})))
+                    raise BackendError(stored.final["error"])
                 yield _as_delta(stored)
         except TimeoutError as exc:  # its owner died mid-way: the record never ends
             raise BackendError(f"{exc}; the gateway running it is gone: retry with a new request_id") from None
@@ -240,13 +255,32 @@ class _Hooks:
             "error": str(entry.error) if entry.error is not None else None,
         }
         steps = (
-            self._idempotency.record_final(self._team_id, self._public_id, result),
+            # A failure before any token (a backend 503, say) frees the id, so the retry its
+            # Retry-After invites can run; anything else is the request's one result.
+            self._idempotency.forget(self._team_id, self._public_id)
+            if entry.error is not None and not entry.deltas
+            else self._idempotency.record_final(self._team_id, self._public_id, result),
             self._admission.release(self._lease),
             self._metering.record(self._usage(entry, ended), at=datetime.now(UTC)),
         )
         for outcome in await asyncio.gather(*steps, return_exceptions=True):
             if isinstance(outcome, BaseException):
                 logger.error("finishing request %s failed", entry.request_id, exc_info=outcome)
+        first = entry.first_token_at
+        logger.info(
+            "generation ended",
+            extra={
+                "request_id": self._public_id,
+                "team": self._team_id,
+                "model": entry.request.model_id,
+                "request_class": self._request_class,
+                "status": result["stop_reason"],
+                "borrowed": self._lease.borrowed,
+                "duration_s": round(ended - entry.started_at, 4),
+                "ttft_s": None if first is None else round(first - entry.started_at, 4),
+                **entry.usage.as_dict(),
+            },
+        )
 
     def _usage(self, entry: InflightRequest, ended: float) -> UsageRecord:
         """KV token-seconds: the prompt is held from admission to the end; completion tokens

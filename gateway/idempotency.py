@@ -18,6 +18,7 @@ a repeat then attaches to a stream that never ends, so attaching readers give up
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import hashlib
 import json
@@ -82,6 +83,10 @@ class IdempotencyStore:
         self._redis = client
         self._ttl_s = ttl_s
         self._claim = client.register_script(_CLAIM)
+        # `follow` blocks on XREAD in slices shorter than the client's socket timeout (2 s in
+        # the gateway), which would otherwise cut a longer wait short with a redis TimeoutError.
+        socket_timeout = client.connection_pool.connection_kwargs.get("socket_timeout")
+        self._block_slice_s: float | None = socket_timeout / 2 if socket_timeout else None
 
     @staticmethod
     def _key(team_id: str, request_id: str) -> str:
@@ -131,11 +136,15 @@ class IdempotencyStore:
         Raises TimeoutError when nothing new arrives for `idle_timeout_s` (the owner died)."""
         stream = self._key(team_id, request_id) + ":deltas"
         last_id = "0-0"
-        while True:
+        loop = asyncio.get_running_loop()
+        idle_until = loop.time() + idle_timeout_s
+        while (remaining := idle_until - loop.time()) > 0:
+            wait_s = remaining if self._block_slice_s is None else min(remaining, self._block_slice_s)
             # [(stream, [(entry_id, fields), ...])]; redis-py's type for it is a loose union.
-            batch: Any = await self._redis.xread({stream: last_id}, block=int(idle_timeout_s * 1000), count=256)
+            batch: Any = await self._redis.xread({stream: last_id}, block=max(1, int(wait_s * 1000)), count=256)
             if not batch:
-                raise TimeoutError(f"request {request_id!r}: no progress for {idle_timeout_s:.0f} s")
+                continue
+            idle_until = loop.time() + idle_timeout_s
             for entry_id, fields in batch[0][1]:
                 last_id = _text(entry_id)
                 decoded = {_text(k): _text(v) for k, v in fields.items()}
@@ -143,6 +152,7 @@ class IdempotencyStore:
                     yield StoredDelta(final=json.loads(decoded["final"]))
                     return
                 yield StoredDelta(decoded.get("text", ""), tuple(json.loads(decoded.get("token_ids", "[]"))))
+        raise TimeoutError(f"request {request_id!r}: no progress for {idle_timeout_s:.0f} s")
 
 
 def _text(value: bytes | str) -> str:

@@ -8,6 +8,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 # Seconds; spans a 10-token reply on an idle server to a long report behind a 30k-token prefill.
 _LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 _TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
+# Gaps between streamed deltas: a steady stream sits at tens of ms; stalls show up far right.
+_GAP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
+_WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0)
 
 
 class GatewayMetrics:
@@ -46,6 +49,38 @@ class GatewayMetrics:
             "switchyard_gateway_tokens",
             "Tokens of finished requests, by kind (prompt, cached, completion).",
             [*labels, "kind"],
+            registry=self.registry,
+        )
+        self.team_requests = Counter(
+            "switchyard_gateway_team_requests",
+            "Generation requests that ended, per team, model, class and how they ended.",
+            ["team", *labels, "outcome"],
+            registry=self.registry,
+        )
+        self.inter_token = Histogram(
+            "switchyard_gateway_inter_token_seconds",
+            "Time between consecutive streamed deltas of a request, as the gateway received them.",
+            labels,
+            buckets=_GAP_BUCKETS,
+            registry=self.registry,
+        )
+        self.admission_wait = Histogram(
+            "switchyard_gateway_admission_wait_seconds",
+            "Time a request spent in admission (the fair queue included), admitted or refused.",
+            ["pool", "request_class"],
+            buckets=_WAIT_BUCKETS,
+            registry=self.registry,
+        )
+        self.leased_tokens = Gauge(
+            "switchyard_gateway_leased_tokens",
+            "KV tokens leased in force per pool and team (every gateway's leases), by kind.",
+            ["pool", "team", "kind"],
+            registry=self.registry,
+        )
+        self.queued_requests = Gauge(
+            "switchyard_gateway_queued_requests",
+            "Interactive requests this gateway process holds in a pool's fair queue, per team.",
+            ["pool", "team"],
             registry=self.registry,
         )
         self.errors = Counter(

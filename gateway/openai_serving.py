@@ -1,7 +1,7 @@
 """What the OpenAI-compatible routes share: their headers, answering only once the reply has
 started, how a request's end reads in OpenAI's words, and the streamed event loop.
 
-    X-Switchyard-Class: interactive|bulk    the request class (default interactive)
+    X-Switchyard-Class: interactive|bulk    the request class (default: the team's default_class)
     X-Request-Id: ID                        the request id (default: a new one); the reply's `id`
                                             is `chatcmpl-ID` / `cmpl-ID`, DELETE /v1/generate/ID
                                             cancels it
@@ -43,8 +43,11 @@ _FINISH_REASONS: dict[str, FinishReason] = {"stop": "stop", "length": "length", 
 _REQUEST_ID = TypeAdapter(RequestId)
 
 
-def request_class_header(x_switchyard_class: Annotated[str | None, Header()] = None) -> RequestClass:
-    if x_switchyard_class is None or x_switchyard_class == "interactive":
+def request_class_header(x_switchyard_class: Annotated[str | None, Header()] = None) -> RequestClass | None:
+    """The header's class; None without one (the team's `default_class` then applies)."""
+    if x_switchyard_class is None:
+        return None
+    if x_switchyard_class == "interactive":
         return "interactive"
     if x_switchyard_class == "bulk":
         return "bulk"
@@ -65,7 +68,7 @@ def request_id_header(x_request_id: Annotated[str | None, Header()] = None) -> s
         ) from None
 
 
-RequestClassHeader = Annotated[RequestClass, Depends(request_class_header)]
+RequestClassHeader = Annotated[RequestClass | None, Depends(request_class_header)]
 RequestIdHeader = Annotated[str | None, Depends(request_id_header)]
 
 

@@ -139,6 +139,9 @@ class RequestRegistry:
         self._backend = backend
         self._metrics = metrics
         self._cancel_grace_s = cancel_grace_s
+        # How long a cancelled task may take to end (its stream's close) before it is
+        # cancelled again.
+        self._recancel_s = max(cancel_grace_s, 0.1)
         self._clock = clock
         self._inflight: dict[str, InflightRequest] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
@@ -204,9 +207,9 @@ class RequestRegistry:
         if not await self._backend.cancel(request_id):
             task.cancel()
         await asyncio.wait({task}, timeout=self._cancel_grace_s)
-        if not task.done():
+        while not task.done():  # a cancel can be lost: see close()
             task.cancel()
-            await asyncio.wait({task})
+            await asyncio.wait({task}, timeout=self._recancel_s)
         return entry
 
     def cancel_soon(self, request_id: str) -> None:
@@ -216,20 +219,33 @@ class RequestRegistry:
         self._in_background(self.cancel(request_id))
 
     async def close(self) -> None:
-        """Shutdown: cancel everything still running and wait for it."""
-        tasks = list(self._tasks.values())
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, *self._background, return_exceptions=True)
+        """Shutdown: cancel everything still running, and wait for it and for what it does at
+        its end (the hooks' `on_finish`: its record, its lease, its usage)."""
+        pending = set(self._tasks.values())
+        while pending:
+            # Again and again: a cancel can be lost (Python 3.11's asyncio.wait_for, which
+            # redis-py uses under a socket timeout, swallows one that lands as a hook's command
+            # completes), and one lost cancel must not hang the shutdown.
+            for task in pending:
+                task.cancel()
+            _, pending = await asyncio.wait(pending, timeout=self._recancel_s)
+        await asyncio.gather(*self._background, return_exceptions=True)
 
     async def _pump(self, entry: InflightRequest) -> None:
         stream = self._backend.generate(entry.request)
         try:
+            last_delta_at: float | None = None
             async for delta in stream:
                 first = entry.first_token_at is None
-                entry.apply(delta, self._clock())
+                now = self._clock()
+                entry.apply(delta, now)
                 if first and entry.first_token_at is not None:
                     self._observe_first_token(entry)
+                if delta.token_ids:
+                    if last_delta_at is not None:
+                        labels = (entry.request.model_id, entry.request.request_class)
+                        self._metrics.inter_token.labels(*labels).observe(now - last_delta_at)
+                    last_delta_at = now
                 if entry.hooks is not None and (delta.text or delta.token_ids):
                     await entry.hooks.on_delta(entry, delta)
                 if delta.finish_reason is not None:
@@ -270,6 +286,8 @@ class RequestRegistry:
         labels = (entry.request.model_id, entry.request.request_class)
         self._metrics.in_flight.labels(*labels).dec()
         self._metrics.requests.labels(*labels, entry.stop_reason or "error").inc()
+        team = entry.request.cache_namespace or "-"  # the gateway namespaces the cache by team
+        self._metrics.team_requests.labels(team, *labels, entry.stop_reason or "error").inc()
         self._metrics.latency.labels(*labels).observe(self._clock() - entry.started_at)
         for kind, count in entry.usage.as_dict().items():
             self._metrics.tokens.labels(*labels, kind.removesuffix("_tokens")).inc(count)

@@ -43,7 +43,7 @@ class GenerateBody(BaseModel):
         BeforeValidator(_stop_as_list, json_schema_input_type=str | list[str]),
         Field(max_length=MAX_STOP_STRINGS),
     ] = []
-    request_class: RequestClass = Field("interactive", alias="class")
+    request_class: RequestClass | None = Field(None, alias="class")  # None: the team's default_class
     stream: bool = False
     request_id: RequestId | None = None
     temperature: Annotated[float, Field(ge=0.0, le=2.0)] | None = None

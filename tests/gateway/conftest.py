@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+import redis
 from fastapi import FastAPI
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
@@ -25,7 +26,10 @@ from gateway.backend import (
 )
 from gateway.requests_registry import RequestRegistry
 from gateway.settings import GatewaySettings
-from switchyard.config import SwitchyardConfig
+from quota.capacity import StaticCapacity
+from quota.key_files import ADMIN_KEY_ENV
+from quota.keys import SyncKeyStore
+from switchyard.config import SwitchyardConfig, load_config
 
 SENTENCES = [
     "the quick brown fox jumps over the lazy dog",
@@ -36,20 +40,29 @@ SENTENCES = [
 ]
 SMALL_CONTEXT = 64
 
-CONFIG_YAML = f"""
+CONFIG_YAML = """
 models:
-  small: {{weights_uri: models/small, max_context_tokens: {SMALL_CONTEXT}}}
+  small: {{weights_uri: models/small, max_context_tokens: {small_context}}}
   large: {{weights_uri: models/large, max_context_tokens: 36864}}
 pools:
   small: {{model_id: small, ports: {{http: 9101, grpc: 9102, metrics: 9103}}}}
   large: {{model_id: large, ports: {{http: 9201, grpc: 9202, metrics: 9203}}}}
+redis: {{port: {redis_port}}}
+teams:
+  alpha: {{weight: 1}}
+  beta: {{weight: 1, models: [small], default_class: bulk}}
+quota: {{queue_timeout_s: 0.3}}
 """
+ADMIN_KEY = "sy-admin-key-for-tests"
+# Capacity the fake fleet reports: plenty, so admission admits unless a test says otherwise.
+CAPACITY_TOKENS = 1_000_000
 
 
 class FakeBackend:
     """A scripted backend. By default each request streams `deltas`; with `hold_after=n` it
-    stops after n deltas and waits until cancelled. It records what the gateway asked of it,
-    and which streams were closed early (what frees the server's KV in the real one)."""
+    stops after n deltas and waits until cancelled (or until `resume` is set, then goes on).
+    It records what the gateway asked of it, and which streams were closed early (what frees
+    the server's KV in the real one)."""
 
     def __init__(self) -> None:
         self.deltas: list[GenerationDelta] = [
@@ -58,6 +71,7 @@ class FakeBackend:
             GenerationDelta(text="world", token_ids=(8,), finish_reason="length"),
         ]
         self.hold_after: int | None = None
+        self.resume = asyncio.Event()
         self.honour_cancel = True
         self.delay_s = 0.0
         self.error_after: int | None = None  # raise `error` after this many deltas
@@ -79,10 +93,11 @@ class FakeBackend:
                     ended = True
                     raise self.error
                 if index == self.hold_after:
-                    await cancelled.wait()
-                    ended = True
-                    yield GenerationDelta(finish_reason="cancelled")
-                    return
+                    await first_of(cancelled, self.resume)
+                    if cancelled.is_set():
+                        ended = True
+                        yield GenerationDelta(finish_reason="cancelled")
+                        return
                 if self.delay_s:
                     await asyncio.sleep(self.delay_s)
                 ended = delta.finish_reason is not None
@@ -107,6 +122,16 @@ class FakeBackend:
         self.closed_backend = True
 
 
+async def first_of(*events: asyncio.Event) -> None:
+    """Wait until any of `events` is set."""
+    waits = [asyncio.ensure_future(event.wait()) for event in events]
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for wait in waits:
+            wait.cancel()
+
+
 @pytest.fixture(scope="session")
 def tokenizer_json(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tokenizer = Tokenizer(models.BPE(unk_token="[UNK]"))
@@ -118,13 +143,15 @@ def tokenizer_json(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
-def config_path(tmp_path: Path, tokenizer_json: Path) -> Path:
+def config_path(tmp_path: Path, tokenizer_json: Path, redis_url: str) -> Path:
     for model_id in ("small", "large"):
         model_dir = tmp_path / "models" / model_id
         model_dir.mkdir(parents=True)
         (model_dir / "tokenizer.json").write_bytes(tokenizer_json.read_bytes())
     path = tmp_path / "switchyard.yaml"
-    path.write_text(CONFIG_YAML)
+    path.write_text(
+        CONFIG_YAML.format(small_context=SMALL_CONTEXT, redis_port=redis_url.rsplit(":", 1)[1].split("/")[0])
+    )
     return path
 
 
@@ -140,25 +167,79 @@ def backend() -> FakeBackend:
 
 
 @pytest.fixture
+def new_backend() -> Callable[[], FakeBackend]:
+    """Another FakeBackend, for a second gateway process in one test."""
+    return FakeBackend
+
+
+@pytest.fixture
+def capacity() -> StaticCapacity:
+    """Each pool's KV capacity as admission sees it (a module may override it)."""
+    return StaticCapacity({"small": CAPACITY_TOKENS, "large": CAPACITY_TOKENS})
+
+
+@pytest.fixture
 def settings(config_path: Path) -> GatewaySettings:
     return GatewaySettings(config=config_path, cancel_grace_s=0.5, sse_heartbeat_s=5.0)
 
 
-@pytest.fixture
-async def app(settings: GatewaySettings, backend: FakeBackend) -> AsyncIterator[FastAPI]:
+def build_app(settings: GatewaySettings, backend: FakeBackend, capacity: StaticCapacity) -> FastAPI:
+    """The gateway app over `backend`, admitting against `capacity`; run its lifespan to serve."""
+
     def factory(config: SwitchyardConfig, settings: GatewaySettings) -> GenerationBackend:
         return backend
 
-    application = create_app(settings, backend_factory=factory)
+    return create_app(settings, backend_factory=factory, capacity=capacity)
+
+
+@pytest.fixture
+def admin_key(monkeypatch: pytest.MonkeyPatch) -> str:
+    """The admin key of every app a test builds (the environment wins over var/admin-api-key)."""
+    monkeypatch.setenv(ADMIN_KEY_ENV, ADMIN_KEY)
+    return ADMIN_KEY
+
+
+@pytest.fixture
+def make_app(settings: GatewaySettings, capacity: StaticCapacity, admin_key: str) -> Callable[[FakeBackend], FastAPI]:
+    """A gateway app (lifespan not run) on the test's config, Redis, capacity and admin key."""
+    return lambda backend: build_app(settings, backend, capacity)
+
+
+@pytest.fixture
+async def app(make_app: Callable[[FakeBackend], FastAPI], backend: FakeBackend) -> AsyncIterator[FastAPI]:
+    application = make_app(backend)
     async with application.router.lifespan_context(application):
         yield application
     assert backend.closed_backend
 
 
 @pytest.fixture
-async def client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
+def make_key(config_path: Path, redis_url: str) -> Iterator[Callable[[str], str]]:
+    """`make_key(team)`: a new API key of a team of the test config, in the test's Redis."""
+    client = redis.Redis.from_url(redis_url)
+    yield SyncKeyStore(client, load_config(config_path).teams).create
+    client.close()
+
+
+@pytest.fixture
+def team_key(make_key: Callable[[str], str]) -> str:
+    """An API key of team `alpha` (every model allowed)."""
+    return make_key("alpha")
+
+
+@pytest.fixture
+async def client(app: FastAPI, team_key: str) -> AsyncIterator[httpx.AsyncClient]:
+    """The app in-process, sending team alpha's key unless a test sets another header."""
     transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as http:
+    headers = {"Authorization": f"Bearer {team_key}"}
+    async with httpx.AsyncClient(transport=transport, base_url="http://gateway", headers=headers) as http:
+        yield http
+
+
+@pytest.fixture
+async def anonymous(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
+    """The app in-process, sending no API key."""
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gateway") as http:
         yield http
 
 
@@ -180,6 +261,20 @@ def parse_sse(body: str) -> list[tuple[str | None, Any]]:
         data = "\n".join(line.removeprefix("data: ") for line in lines if line.startswith("data: "))
         events.append((name, data if data == "[DONE]" else json.loads(data)))
     return events
+
+
+async def wait_until(predicate: Callable[[], bool], timeout_s: float = 2.0) -> None:
+    """Poll `predicate` until it holds; fail the test after `timeout_s`."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not predicate():
+        assert asyncio.get_running_loop().time() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.005)
+
+
+@pytest.fixture
+def until() -> Callable[..., Awaitable[None]]:
+    """`await until(predicate)`: poll until it holds, failing the test after 2 s."""
+    return wait_until
 
 
 @pytest.fixture

@@ -41,14 +41,14 @@ async def test_delete_cancels_an_in_flight_stream(
 ) -> None:
     backend.hold_after = 2
     post = asyncio.create_task(client.post("/v1/generate", json={**BODY, "stream": True, "request_id": "c1"}))
-    await until(has_deltas(registry, "c1", 2))
+    await until(has_deltas(registry, "alpha/c1", 2))
 
     response = await client.delete("/v1/generate/c1")
     so_far = {"prompt_tokens": count_tokens(PROMPT), "cached_tokens": 0, "completion_tokens": 3}
     assert response.status_code == 200
     assert response.json() == {"request_id": "c1", "status": "cancelled", "usage": so_far}
-    assert backend.cancel_calls == ["c1"]
-    assert registry.get("c1") is None
+    assert backend.cancel_calls == ["alpha/c1"]
+    assert registry.get("alpha/c1") is None
 
     events = sse((await post).text)
     assert [data["text"] for _, data in events[:2]] == ["Hello", ", "]
@@ -62,11 +62,11 @@ async def test_delete_cancels_the_task_when_the_backend_cannot(
     backend.hold_after = 1
     backend.honour_cancel = False
     post = asyncio.create_task(client.post("/v1/generate", json={**BODY, "request_id": "c2"}))
-    await until(has_deltas(registry, "c2", 1))
+    await until(has_deltas(registry, "alpha/c2", 1))
 
     response = await client.delete("/v1/generate/c2")
     assert response.json()["status"] == "cancelled"
-    assert backend.closed == ["c2"]  # the backend's stream was closed early: Triton sees is_cancelled()
+    assert backend.closed == ["alpha/c2"]  # the backend's stream was closed early: Triton sees is_cancelled()
 
     whole = (await post).json()
     assert (whole["text"], whole["stop_reason"]) == ("Hello", "cancelled")
@@ -95,17 +95,41 @@ async def test_delete_unknown_is_404(client: httpx.AsyncClient) -> None:
     }
 
 
-async def test_finished_request_is_no_longer_cancellable(client: httpx.AsyncClient) -> None:
+async def test_a_finished_request_reports_how_it_ended(
+    client: httpx.AsyncClient, backend: Any, count_tokens: Callable[[str], int]
+) -> None:
     await client.post("/v1/generate", json={**BODY, "request_id": "done"})
-    assert (await client.delete("/v1/generate/done")).status_code == 404
+    response = await client.delete("/v1/generate/done")
+    assert response.status_code == 200
+    whole = {"prompt_tokens": count_tokens(PROMPT), "cached_tokens": 0, "completion_tokens": 4}
+    assert response.json() == {"request_id": "done", "status": "completed", "usage": whole}
+    assert backend.cancel_calls == []
+
+    backend.error_after = 1
+    await client.post("/v1/generate", json={**BODY, "request_id": "broke"})
+    assert (await client.delete("/v1/generate/broke")).json()["status"] == "failed"
+
+
+async def test_another_teams_request_is_not_found(
+    client: httpx.AsyncClient, backend: Any, registry: Any, make_key: Callable[[str], str]
+) -> None:
+    backend.hold_after = 1
+    post = asyncio.create_task(client.post("/v1/generate", json={**BODY, "request_id": "mine"}))
+    await until(has_deltas(registry, "alpha/mine", 1))
+    beta = {"Authorization": f"Bearer {make_key('beta')}"}
+    assert (await client.delete("/v1/generate/mine", headers=beta)).status_code == 404
+    assert backend.cancel_calls == []
+    assert (await client.delete("/v1/generate/mine")).json()["status"] == "cancelled"
+    assert (await post).json()["stop_reason"] == "cancelled"
 
 
 class AsgiClient:
     """Drives the app over raw ASGI so a test can disconnect mid-response, which httpx's
     in-process transport cannot do (it reads the whole body before returning)."""
 
-    def __init__(self, app: FastAPI, body: dict[str, Any], disconnect_after_chunks: int) -> None:
+    def __init__(self, app: FastAPI, key: str, body: dict[str, Any], disconnect_after_chunks: int) -> None:
         self.app = app
+        self.key = key
         self.body = json.dumps(body).encode()
         self.disconnect_after_chunks = disconnect_after_chunks
         self.messages: list[MutableMapping[str, Any]] = []
@@ -138,7 +162,11 @@ class AsgiClient:
             "raw_path": b"/v1/generate",
             "query_string": b"",
             "root_path": "",
-            "headers": [(b"content-type", b"application/json"), (b"host", b"gateway")],
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"host", b"gateway"),
+                (b"authorization", f"Bearer {self.key}".encode()),
+            ],
             "client": ("127.0.0.1", 1234),
             "server": ("gateway", 80),
         }
@@ -151,41 +179,65 @@ class AsgiClient:
 
 @pytest.mark.parametrize("honour_cancel", [True, False])
 async def test_disconnect_mid_stream_cancels_the_request(
-    app: FastAPI, backend: Any, registry: Any, honour_cancel: bool
+    app: FastAPI, team_key: str, backend: Any, registry: Any, honour_cancel: bool
 ) -> None:
     backend.hold_after = 2
     backend.honour_cancel = honour_cancel
-    asgi = AsgiClient(app, {**BODY, "stream": True, "request_id": "gone"}, disconnect_after_chunks=1)
+    asgi = AsgiClient(app, team_key, {**BODY, "stream": True, "request_id": "gone"}, disconnect_after_chunks=1)
     await asgi.post()
-    await until(lambda: registry.get("gone") is None)
-    assert backend.cancel_calls == ["gone"]
-    assert backend.closed == ([] if honour_cancel else ["gone"])
+    await until(lambda: registry.get("alpha/gone") is None)
+    assert backend.cancel_calls == ["alpha/gone"]
+    assert backend.closed == ([] if honour_cancel else ["alpha/gone"])
     counter = app.state.metrics.requests.labels("small", "interactive", "cancelled")
     assert counter._value.get() == 1
 
 
 @pytest.mark.parametrize("stream", [False, True])
 async def test_disconnect_while_waiting_cancels_the_request(
-    app: FastAPI, backend: Any, registry: Any, stream: bool
+    app: FastAPI, team_key: str, backend: Any, registry: Any, stream: bool
 ) -> None:
     backend.hold_after = 0
-    asgi = AsgiClient(app, {**BODY, "stream": stream, "request_id": "left"}, disconnect_after_chunks=0)
+    asgi = AsgiClient(app, team_key, {**BODY, "stream": stream, "request_id": "left"}, disconnect_after_chunks=0)
     await asgi.post()
     assert asgi.status() == 499
-    assert backend.cancel_calls == ["left"]
-    assert registry.get("left") is None
+    assert backend.cancel_calls == ["alpha/left"]
+    assert registry.get("alpha/left") is None
 
 
-async def test_shutdown_cancels_what_is_running(settings: Any, backend: Any, config_path: Any) -> None:
-    from gateway.app import create_app
+async def test_a_disconnect_cancels_only_when_the_last_reader_leaves(
+    app: FastAPI, team_key: str, client: httpx.AsyncClient, backend: Any, registry: Any, sse: Sse
+) -> None:
+    backend.hold_after = 2
+    body = {**BODY, "stream": True, "request_id": "shared"}
+    staying = asyncio.create_task(client.post("/v1/generate", json=body))
+    await until(lambda: (e := registry.get("alpha/shared")) is not None and len(e.deltas) == 2 and e.readers == 1)
 
+    leaving = AsgiClient(app, team_key, body, disconnect_after_chunks=1)  # a repeat: attaches, then hangs up
+    await leaving.post()
+    assert leaving.status() == 200
+    await asyncio.sleep(0.05)  # a cancel would be on its way by now
+    entry = registry.get("alpha/shared")
+    assert entry is not None and not entry.done and entry.readers == 1
+    assert backend.cancel_calls == []
+
+    backend.resume.set()
+    events = sse((await staying).text)
+    assert "".join(data["text"] for _, data in events[:-2]) == "Hello, world"
+    assert events[-2][1]["stop_reason"] == "length"
+    assert len(backend.requests) == 1
+
+
+async def test_shutdown_cancels_what_is_running(
+    make_app: Callable[[Any], FastAPI], backend: Any, team_key: str
+) -> None:
     backend.hold_after = 1
-    app = create_app(settings, backend_factory=lambda config, settings: backend)
+    app = make_app(backend)
     async with app.router.lifespan_context(app):
         registry = app.state.services.registry
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as http:
+        headers = {"Authorization": f"Bearer {team_key}"}
+        async with httpx.AsyncClient(transport=transport, base_url="http://gateway", headers=headers) as http:
             post = asyncio.create_task(http.post("/v1/generate", json={**BODY, "request_id": "s"}))
-            await until(has_deltas(registry, "s", 1))
-    assert backend.closed == ["s"]
+            await until(has_deltas(registry, "alpha/s", 1))
+    assert backend.closed == ["alpha/s"]
     assert (await post).json()["stop_reason"] == "cancelled"

@@ -3,7 +3,8 @@ failures before and after the first byte."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
@@ -13,6 +14,7 @@ from gateway.backend import BackendUnavailable, GenerationDelta, GenerationReque
 PROMPT = "the quick brown fox"
 BODY = {"model": "small", "prompt": PROMPT, "max_tokens": 3}
 Sse = Callable[[str], list[tuple[str | None, Any]]]
+Until = Callable[[Callable[[], bool]], Awaitable[None]]
 
 
 async def test_whole_reply(client: httpx.AsyncClient, backend: Any, count_tokens: Callable[[str], int]) -> None:
@@ -34,7 +36,7 @@ async def test_generated_request_id_is_returned(client: httpx.AsyncClient, backe
     request_id = response.json()["request_id"]
     assert len(request_id) == 32
     assert response.headers["x-request-id"] == request_id
-    assert backend.requests[0].request_id == request_id
+    assert backend.requests[0].request_id == f"alpha/{request_id}"  # ids are the team's own
 
 
 async def test_body_reaches_the_backend_as_a_generation_request(client: httpx.AsyncClient, backend: Any) -> None:
@@ -52,7 +54,7 @@ async def test_body_reaches_the_backend_as_a_generation_request(client: httpx.As
     assert (await client.post("/v1/generate", json=body)).status_code == 200
     assert backend.requests == [
         GenerationRequest(
-            request_id="r",
+            request_id="alpha/r",
             model_id="small",
             prompt=PROMPT,
             max_tokens=3,
@@ -63,6 +65,7 @@ async def test_body_reaches_the_backend_as_a_generation_request(client: httpx.As
             top_k=40,
             seed=7,
             ignore_eos=True,
+            cache_namespace="alpha",  # a team's prompts never hit another team's prefix cache
         )
     ]
 
@@ -176,15 +179,21 @@ async def test_backend_ending_without_finish_reason_is_an_error(client: httpx.As
     assert "without a finish reason" in response.json()["error"]["message"]
 
 
-async def test_in_flight_request_id_is_409(client: httpx.AsyncClient, backend: Any, registry: Any) -> None:
+async def test_a_request_id_with_another_body_is_409_while_running_and_after(
+    client: httpx.AsyncClient, backend: Any, registry: Any, until: Until
+) -> None:
     backend.hold_after = 1
-    first = registry.start(GenerationRequest("dup", "small", PROMPT, 3), prompt_tokens=4)
-    response = await client.post("/v1/generate", json={**BODY, "request_id": "dup"})
+    first = asyncio.create_task(client.post("/v1/generate", json={**BODY, "request_id": "dup"}))
+    await until(lambda: registry.get("alpha/dup") is not None)
+    response = await client.post("/v1/generate", json={**BODY, "max_tokens": 4, "request_id": "dup"})
     assert response.status_code == 409
-    assert response.headers["x-request-id"] == "dup"
-    assert response.json()["error"]["type"] == "request_conflict"
-    await registry.cancel("dup")
-    assert first.stop_reason == "cancelled"
-    # Once it ended, the id is free again (attach-to-running semantics come with teams).
-    backend.hold_after = None
-    assert (await client.post("/v1/generate", json={**BODY, "request_id": "dup"})).status_code == 200
+    assert response.json()["error"]["type"] == "conflict_error"
+    assert response.json()["error"]["param"] == "request_id"
+    assert "different body" in response.json()["error"]["message"]
+
+    await client.delete("/v1/generate/dup")
+    assert (await first).json()["stop_reason"] == "cancelled"
+    # Once it ended the id still names that request: never a second generation under it.
+    again = await client.post("/v1/generate", json={**BODY, "prompt": "another prompt", "request_id": "dup"})
+    assert again.status_code == 409
+    assert len(backend.requests) == 1

@@ -67,3 +67,22 @@ async def test_forget_lets_a_refused_request_be_retried(redis_url: str) -> None:
     await store.claim("t", "r", "fp")
     await store.forget("t", "r")
     assert (await store.claim("t", "r", "fp")).state is ClaimState.NEW
+
+
+async def test_follow_waits_longer_than_the_clients_socket_timeout(redis_url: str) -> None:
+    # The gateway's client gives up on a read after 2 s; a generation may well pause that long
+    # (a long prefill) while a repeat on another process follows it.
+    client = aioredis.Redis.from_url(redis_url, socket_timeout=0.5, retry_on_timeout=False)
+    store = IdempotencyStore(client)
+    await store.claim("t", "slow", "fp")
+
+    async def owner() -> None:
+        await asyncio.sleep(1.1)  # more than twice the socket timeout
+        await store.record_delta("t", "slow", "late", (1,))
+        await store.record_final("t", "slow", {"stop_reason": "stop"})
+
+    writing = asyncio.create_task(owner())
+    seen = [delta async for delta in store.follow("t", "slow", idle_timeout_s=5)]
+    await writing
+    assert seen == [StoredDelta("late", (1,)), StoredDelta(final={"stop_reason": "stop"})]
+    await client.aclose()

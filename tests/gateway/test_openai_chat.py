@@ -58,7 +58,7 @@ async def test_whole_reply_is_a_chat_completion(
         },
     }
     (sent,) = backend.requests
-    assert (sent.prompt, sent.max_tokens, sent.request_id) == (RENDERED, 9, "chat-1")
+    assert (sent.prompt, sent.max_tokens, sent.request_id) == (RENDERED, 9, "alpha/chat-1")
 
 
 async def test_stream_opens_with_the_role_and_ends_with_usage(client: httpx.AsyncClient, sse: Sse) -> None:

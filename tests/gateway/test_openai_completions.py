@@ -4,7 +4,7 @@ the headers that carry class and request id, finish reasons, and what is refused
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
@@ -43,7 +43,7 @@ async def test_whole_reply_is_a_text_completion(
         },
     }
     (sent,) = backend.requests
-    assert (sent.request_id, sent.request_class, sent.max_tokens, sent.stop) == ("c-1", "bulk", 9, ("\n",))
+    assert (sent.request_id, sent.request_class, sent.max_tokens, sent.stop) == ("alpha/c-1", "bulk", 9, ("\n",))
     assert (sent.temperature, sent.top_p, sent.seed, sent.top_k, sent.ignore_eos) == (1.0, 0.5, 7, None, False)
 
 
@@ -56,7 +56,8 @@ async def test_defaults_and_a_one_string_prompt_list(client: httpx.AsyncClient, 
     assert sent.max_tokens == 16  # OpenAI's default for completions
     assert sent.request_class == "interactive"
     assert (sent.top_k, sent.ignore_eos) == (3, True)
-    assert response.json()["id"] == f"cmpl-{sent.request_id}" == f"cmpl-{response.headers['x-request-id']}"
+    request_id = response.headers["x-request-id"]
+    assert (response.json()["id"], sent.request_id) == (f"cmpl-{request_id}", f"alpha/{request_id}")
 
 
 async def test_neutral_values_of_unsupported_fields_are_accepted(client: httpx.AsyncClient) -> None:
@@ -121,7 +122,7 @@ async def test_a_cancelled_request_finishes_with_stop(
     backend.hold_after = 1
     body = {**BODY, "stream": True}
     posting = asyncio.create_task(client.post("/v1/completions", json=body, headers={"X-Request-Id": "c-del"}))
-    while registry.get("c-del") is None or not registry.get("c-del").deltas:
+    while registry.get("alpha/c-del") is None or not registry.get("alpha/c-del").deltas:
         await asyncio.sleep(0.01)
     cancelled = await client.delete("/v1/generate/c-del")
     assert cancelled.json()["status"] == "cancelled"
@@ -195,15 +196,22 @@ async def test_bad_headers_are_a_400_naming_the_header(
     assert response.json()["error"]["param"] == param
 
 
-async def test_unknown_model_is_a_404_and_a_busy_id_a_409(client: httpx.AsyncClient, backend: Any) -> None:
+async def test_unknown_model_is_a_404_and_a_busy_id_attaches_or_conflicts(
+    client: httpx.AsyncClient, backend: Any, registry: Any, until: Callable[..., Awaitable[None]]
+) -> None:
     response = await client.post("/v1/completions", json={**BODY, "model": "nope"})
     assert response.status_code == 404
     assert response.json()["error"]["type"] == "model_not_found"
     backend.hold_after = 1
     first = asyncio.create_task(client.post("/v1/completions", json=BODY, headers={"X-Request-Id": "dup"}))
-    while not backend.requests:
-        await asyncio.sleep(0.01)
-    second = await client.post("/v1/completions", json=BODY, headers={"X-Request-Id": "dup"})
-    assert second.status_code == 409
-    await client.delete("/v1/generate/dup")
-    assert (await first).status_code == 200
+    await until(lambda: (e := registry.get("alpha/dup")) is not None and bool(e.deltas))
+    other = await client.post("/v1/completions", json={**BODY, "max_tokens": 8}, headers={"X-Request-Id": "dup"})
+    assert other.status_code == 409
+    assert other.json()["error"]["param"] == "request_id"
+    same = asyncio.create_task(client.post("/v1/completions", json=BODY, headers={"X-Request-Id": "dup"}))
+    await until(lambda: registry.get("alpha/dup").readers == 2)
+    backend.resume.set()
+    replies = [(await first).json(), (await same).json()]
+    assert [r["choices"][0]["text"] for r in replies] == ["Hello, world"] * 2
+    assert replies[0]["id"] == replies[1]["id"] == "cmpl-dup"
+    assert len(backend.requests) == 1

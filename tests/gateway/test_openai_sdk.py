@@ -5,29 +5,30 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import openai
 import pytest
 import uvicorn
+from fastapi import FastAPI
 
 from build_engines.tokenizer import LLAMA_CHAT_TEMPLATE
-from gateway.app import create_app
 from gateway.backend import GenerationDelta
-from gateway.settings import GatewaySettings
 from switchyard.ports import free_ports
 
 MESSAGES: list[Any] = [{"role": "user", "content": "the quick fox"}]
 
 
 @pytest.fixture
-async def sdk(settings: GatewaySettings, backend: Any, config_path: Path) -> AsyncIterator[openai.AsyncOpenAI]:
-    """An SDK client for the gateway served by uvicorn on a free port."""
+async def sdk(
+    make_app: Callable[[Any], FastAPI], backend: Any, config_path: Path, team_key: str
+) -> AsyncIterator[openai.AsyncOpenAI]:
+    """An SDK client with team alpha's key, for the gateway served by uvicorn on a free port."""
     template = {"bos_token": "<s>", "eos_token": "</s>", "chat_template": LLAMA_CHAT_TEMPLATE}
     (config_path.parent / "models" / "small" / "tokenizer_config.json").write_text(json.dumps(template))
-    app = create_app(settings, backend_factory=lambda config, settings: backend)
+    app = make_app(backend)
     (port,) = free_ports(1)
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
     serving = asyncio.create_task(server.serve())
@@ -35,7 +36,8 @@ async def sdk(settings: GatewaySettings, backend: Any, config_path: Path) -> Asy
         while not server.started:
             assert not serving.done(), "uvicorn did not start"
             await asyncio.sleep(0.01)
-        async with openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="test", max_retries=0) as client:
+        base_url = f"http://127.0.0.1:{port}/v1"
+        async with openai.AsyncOpenAI(base_url=base_url, api_key=team_key, max_retries=0, timeout=10) as client:
             yield client
     finally:
         server.should_exit = True
@@ -149,4 +151,23 @@ async def test_closing_the_stream_cancels_the_request(sdk: openai.AsyncOpenAI, b
         if backend.cancel_calls:
             break
         await asyncio.sleep(0.01)
-    assert backend.cancel_calls == ["walk-away"]
+    assert backend.cancel_calls == ["alpha/walk-away"]
+
+
+async def test_key_team_and_id_errors_raise_the_sdks_types(
+    sdk: openai.AsyncOpenAI, backend: Any, make_key: Callable[[str], str]
+) -> None:
+    with pytest.raises(openai.AuthenticationError) as unknown:
+        await sdk.with_options(api_key="sy-not-a-key").models.list()
+    assert unknown.value.type == "authentication_error"
+    beta = sdk.with_options(api_key=make_key("beta"))
+    with pytest.raises(openai.PermissionDeniedError) as forbidden:
+        await beta.completions.create(model="large", prompt="the fox", max_tokens=3)
+    assert forbidden.value.param == "model"
+
+    await sdk.completions.create(model="small", prompt="the fox", max_tokens=3, extra_headers={"X-Request-Id": "one"})
+    with pytest.raises(openai.ConflictError):
+        await sdk.completions.create(
+            model="small", prompt="the fox", max_tokens=4, extra_headers={"X-Request-Id": "one"}
+        )
+    assert len(backend.requests) == 1

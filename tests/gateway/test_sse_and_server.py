@@ -6,13 +6,13 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+from collections.abc import Callable
 from typing import Any
 
 import httpx
 import uvicorn
+from fastapi import FastAPI
 
-from gateway.app import create_app
-from gateway.settings import GatewaySettings
 from gateway.sse import sse_event
 
 
@@ -26,9 +26,11 @@ def test_named_event() -> None:
     assert sse_event({"error": {}}, event="error") == b'event: error\ndata: {"error":{}}\n\n'
 
 
-async def test_hanging_up_under_uvicorn_cancels_the_request(settings: GatewaySettings, backend: Any) -> None:
+async def test_hanging_up_under_uvicorn_cancels_the_request(
+    make_app: Callable[[Any], FastAPI], backend: Any, team_key: str
+) -> None:
     backend.hold_after = 2
-    app = create_app(settings, backend_factory=lambda config, settings: backend)
+    app = make_app(backend)
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
@@ -38,8 +40,9 @@ async def test_hanging_up_under_uvicorn_cancels_the_request(settings: GatewaySet
         while not server.started:
             await asyncio.sleep(0.01)
         body = {"model": "small", "prompt": "the fox", "max_tokens": 9, "stream": True, "request_id": "h"}
+        headers = {"Authorization": f"Bearer {team_key}"}
         async with (
-            httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http,
+            httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", headers=headers) as http,
             http.stream("POST", "/v1/generate", json=body) as response,
         ):
             assert response.headers["x-request-id"] == "h"
@@ -50,7 +53,7 @@ async def test_hanging_up_under_uvicorn_cancels_the_request(settings: GatewaySet
             if backend.cancel_calls:
                 break
             await asyncio.sleep(0.01)
-        assert backend.cancel_calls == ["h"]
+        assert backend.cancel_calls == ["alpha/h"]
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
             assert (await http.get("/healthz")).status_code == 200
     finally:

@@ -3,41 +3,38 @@ sees everyone, and the usage recorded through `Metering` is what the route and /
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
 import pytest
-import redis.asyncio
 from fastapi import FastAPI
 
-from gateway.auth import install_auth
-from gateway.metering import Metering, install_metering
-from quota.keys import KeyStore, hash_key
-from quota.usage import UsageMeter, UsageRecord
-from switchyard.config import TeamSpec
+from gateway.metering import Metering
+from quota.usage import UsageRecord
 
-ADMIN_KEY = "sy-admin-key-for-tests"
+Until = Callable[[Callable[[], bool]], Awaitable[None]]
+
+PROMPT = "the quick brown fox"
 
 
 @dataclass(frozen=True)
 class Wired:
+    """The app's own metering, and headers with team alpha's key and the admin key."""
+
     metering: Metering
     alpha: dict[str, str]
     admin: dict[str, str]
 
 
 @pytest.fixture
-async def wired(app: FastAPI, redis_url: str) -> AsyncIterator[Wired]:
-    client = redis.asyncio.Redis.from_url(redis_url)
-    store = KeyStore(client, {"alpha": TeamSpec(), "beta": TeamSpec()}, admin_key_hash=hash_key(ADMIN_KEY))
-    install_auth(app, store)
-    metering = install_metering(app, UsageMeter(client))
-    alpha_key = await store.create("alpha")
-    yield Wired(metering, {"Authorization": f"Bearer {alpha_key}"}, {"Authorization": f"Bearer {ADMIN_KEY}"})
-    await client.aclose()
+def wired(app: FastAPI, team_key: str, admin_key: str) -> Wired:
+    metering = app.state.metering
+    assert isinstance(metering, Metering)
+    return Wired(metering, {"Authorization": f"Bearer {team_key}"}, {"Authorization": f"Bearer {admin_key}"})
 
 
 def usage(team: str, cls: str = "interactive", **counts: Any) -> UsageRecord:
@@ -113,10 +110,47 @@ async def test_bad_ranges_are_400(client: httpx.AsyncClient, wired: Wired, param
     assert reply.json()["error"]["param"] == param
 
 
-async def test_usage_needs_a_key(client: httpx.AsyncClient, wired: Wired) -> None:
-    reply = await client.get("/v1/usage")
+async def test_usage_needs_a_key(anonymous: httpx.AsyncClient) -> None:
+    reply = await anonymous.get("/v1/usage")
     assert reply.status_code == 401
     assert reply.json()["error"]["type"] == "authentication_error"
+
+
+async def test_generations_are_metered_when_they_end_cancelled_ones_too(
+    client: httpx.AsyncClient, backend: Any, registry: Any, count_tokens: Callable[[str], int], until: Until
+) -> None:
+    body = {"model": "small", "prompt": PROMPT, "max_tokens": 9}
+    assert (await client.post("/v1/generate", json=body)).status_code == 200
+    backend.hold_after = 1
+    held = asyncio.create_task(client.post("/v1/generate", json={**body, "class": "bulk", "request_id": "x"}))
+    await until(lambda: (e := registry.get("alpha/x")) is not None and bool(e.deltas))
+    assert (await client.delete("/v1/generate/x")).json()["status"] == "cancelled"
+    await held
+
+    async def rows() -> list[dict[str, Any]]:
+        reply = await client.get("/v1/usage")
+        assert reply.status_code == 200, reply.text
+        return list(reply.json()["data"])
+
+    for _ in range(200):  # the usage is written as each request ends, after its reply
+        if len(data := await rows()) == 2:
+            break
+        await asyncio.sleep(0.01)
+    bulk, interactive = data
+    prompt_tokens = count_tokens(PROMPT)
+    assert {k: v for k, v in interactive.items() if k not in ("hour", "kv_token_seconds")} == {
+        "team": "alpha",
+        "model": "small",
+        "class": "interactive",
+        "requests": 1,
+        "prompt_tokens": prompt_tokens,
+        "cached_tokens": 0,
+        "completion_tokens": 4,
+        "cancelled_requests": 0,
+    }
+    assert (bulk["class"], bulk["requests"], bulk["cancelled_requests"]) == ("bulk", 1, 1)
+    assert (bulk["prompt_tokens"], bulk["completion_tokens"]) == (prompt_tokens, 2)  # what it got before the cancel
+    assert interactive["kv_token_seconds"] > 0 and bulk["kv_token_seconds"] > 0
 
 
 async def test_metering_feeds_the_prometheus_counters_too(client: httpx.AsyncClient, wired: Wired) -> None:
