@@ -41,6 +41,9 @@ from gateway.openai_serving import (
 )
 from gateway.schemas import ErrorBody
 
+# Without max_tokens a chat reply may run this long (the brief: replies of up to ~2,000).
+DEFAULT_CHAT_MAX_TOKENS = 2048
+
 router = APIRouter(prefix="/v1/chat/completions", tags=["openai"], route_class=OpenAIRoute)
 
 _ERRORS: dict[int | str, dict[str, object]] = {code: {"model": ErrorBody} for code in (400, 404, 409, 502, 503)}
@@ -108,8 +111,11 @@ async def create_chat_completion(
         raise invalid_request(f"model {body.model!r}'s chat template rendered these messages as nothing", "messages")
     max_tokens = body.completion_limit
     if max_tokens is None:
-        # Counted again by the service; a context check below 1 token is its to report.
-        max_tokens = max(1, model.max_context_tokens - await count_prompt_tokens(model, prompt))
+        # The rest of the context, up to the brief's longest replies: admission leases prompt +
+        # max_tokens of KV, and a whole context per chat would crowd out every other request.
+        # (Counted again by the service; a context check below 1 token is its to report.)
+        rest = model.max_context_tokens - await count_prompt_tokens(model, prompt)
+        max_tokens = max(1, min(DEFAULT_CHAT_MAX_TOKENS, rest))
     entry = await generation.start(
         principal,
         GenerationInput(
