@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import httpx
@@ -103,3 +104,25 @@ async def test_openapi_documents_the_api(client: httpx.AsyncClient) -> None:
     body = spec["components"]["schemas"]["GenerateBody"]
     assert body["required"] == ["model", "prompt", "max_tokens"]
     assert "class" in body["properties"]
+
+
+async def test_metrics_carry_teams_gaps_admission_and_leases(client: httpx.AsyncClient, backend: Any) -> None:
+    """Issue 3's observability: requests per team, inter-token gaps, time in admission, and
+    the leases in force (read from Redis at scrape time)."""
+    backend.hold_after = 2
+    body = {"model": "small", "prompt": "the quick brown fox", "max_tokens": 10, "stream": True}
+    running = asyncio.create_task(client.post("/v1/generate", json=body))
+    while "switchyard_gateway_leased_tokens{" not in (text := (await client.get("/metrics")).text):
+        await asyncio.sleep(0.01)
+    assert 'switchyard_gateway_leased_tokens{kind="borrowed",pool="small",team="alpha"}' in text or (
+        'switchyard_gateway_leased_tokens{kind="owned",pool="small",team="alpha"}' in text
+    )
+    backend.resume.set()
+    assert (await running).status_code == 200
+    text = (await client.get("/metrics")).text
+    labels = 'model="small",outcome="length",request_class="interactive",team="alpha"'
+    assert f"switchyard_gateway_team_requests_total{{{labels}}} 1.0" in text
+    assert 'switchyard_gateway_inter_token_seconds_count{model="small",request_class="interactive"}' in text
+    assert 'switchyard_gateway_admission_wait_seconds_count{pool="small",request_class="interactive"} 1.0' in text
+    # The lease went back at the end: no tokens in force any more.
+    assert 'team="alpha"} 0.0' in text or "switchyard_gateway_leased_tokens{" not in text
