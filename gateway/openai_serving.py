@@ -22,7 +22,7 @@ from typing import Annotated, Any, Protocol
 
 from fastapi import Depends, Header, Request, Response
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import StreamingResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
@@ -181,3 +181,24 @@ async def stream_chunks(
         if include_usage:
             yield writer.usage(entry.usage)
         yield DONE
+
+
+async def reply(
+    request: Request,
+    entry: InflightRequest,
+    registry: RequestRegistry,
+    writer: ChunkWriter,
+    *,
+    stream: bool,
+    include_usage: bool,
+    heartbeat_s: float,
+    whole: Callable[[FinishReason], BaseModel],
+) -> Response:
+    """The answer to an OpenAI-style request once it has started: SSE chunks from `writer`,
+    or the whole reply that `whole` builds from the finish reason."""
+    closed = await wait_until_ready(request, entry, registry, stream)
+    if closed is not None:
+        return closed
+    if stream:
+        return sse_response(stream_chunks(entry, registry, writer, include_usage, heartbeat_s), entry.public_id)
+    return JSONResponse(whole(finish_reason(entry)).model_dump(), headers={REQUEST_ID_HEADER: entry.public_id})

@@ -13,8 +13,6 @@ from __future__ import annotations
 import os
 import sys
 import threading
-import urllib.error
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
@@ -25,7 +23,7 @@ from build_engines.repository import fill_repository
 from quota.key_files import DEV_TEAM, dev_key_path, ensure_admin_key, ensure_dev_key
 from quota.keys import SyncKeyStore
 from switchyard.config import SwitchyardConfig, dump_config
-from switchyard.process import ManagedProcess, wait_until
+from switchyard.process import ManagedProcess, http_ok, wait_until
 from switchyard.redis_server import RedisServer
 from switchyard.signals import stop_on_signals
 from switchyard.triton_server import TritonServer
@@ -122,11 +120,7 @@ class Stack:
             raise RuntimeError(f"gateway exited:\n{gateway.log_tail()}")
 
     def _gateway_ready(self) -> bool:
-        try:
-            with urllib.request.urlopen(f"{self.gateway_url}/readyz", timeout=2) as response:
-                return bool(response.status == 200)
-        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
-            return False
+        return http_ok(f"{self.gateway_url}/readyz")
 
     def dead_processes(self) -> list[str]:
         """Names of processes that have exited while the stack should be running."""

@@ -18,14 +18,12 @@ import re
 import socket
 import sys
 import time
-import urllib.error
-import urllib.request
 import uuid
 from pathlib import Path
 from types import TracebackType
 
 from switchyard.config import Ports, SwitchyardConfig
-from switchyard.process import ManagedProcess
+from switchyard.process import ManagedProcess, http_ok
 from switchyard.signals import stop_on_signals
 from switchyard.triton_install import TritonInstall, prepare_backend_dir, server_env
 
@@ -146,11 +144,7 @@ class TritonServer:
                     ) from None
 
     def is_ready(self) -> bool:
-        try:
-            with urllib.request.urlopen(f"{self.http_url}/v2/health/ready", timeout=2) as response:
-                return bool(response.status == 200)
-        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
-            return False
+        return http_ok(f"{self.http_url}/v2/health/ready")
 
     def wait_ready(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s

@@ -6,7 +6,6 @@ import time
 from dataclasses import dataclass
 
 from fastapi import APIRouter, Request, Response
-from fastapi.responses import JSONResponse
 
 from gateway.auth import PrincipalDep
 from gateway.backend import Usage
@@ -15,15 +14,11 @@ from gateway.generation import GenerationInput
 from gateway.idempotency import fingerprint
 from gateway.openai_schemas import Completion, CompletionChoice, CompletionRequest, CompletionUsage, FinishReason
 from gateway.openai_serving import (
-    REQUEST_ID_HEADER,
     OpenAIRoute,
     RequestClassHeader,
     RequestIdHeader,
-    finish_reason,
+    reply,
     sse_data,
-    sse_response,
-    stream_chunks,
-    wait_until_ready,
 )
 from gateway.schemas import ErrorBody
 
@@ -86,19 +81,15 @@ async def create_completion(
         ),
         fingerprint({"route": "completions", **body.model_dump(mode="json", exclude={"stream", "stream_options"})}),
     )
-    stream = bool(body.stream)
-    closed = await wait_until_ready(request, entry, registry, stream)
-    if closed is not None:
-        return closed
     chunks = CompletionChunks(f"cmpl-{entry.public_id}", created, body.model)
-    if stream:
-        events = stream_chunks(entry, registry, chunks, body.include_usage, settings.sse_heartbeat_s)
-        return sse_response(events, entry.public_id)
-    reply = Completion(
-        id=chunks.id,
-        created=created,
-        model=body.model,
-        choices=[CompletionChoice(text=entry.text, finish_reason=finish_reason(entry))],
-        usage=CompletionUsage.of(entry.usage),
-    )
-    return JSONResponse(reply.model_dump(), headers={REQUEST_ID_HEADER: entry.public_id})
+
+    def whole(reason: FinishReason) -> Completion:
+        choice = CompletionChoice(text=entry.text, finish_reason=reason)
+        usage = CompletionUsage.of(entry.usage)
+        return Completion(id=chunks.id, created=created, model=body.model, choices=[choice], usage=usage)
+
+    heartbeat_s = settings.sse_heartbeat_s
+    return await reply(
+        request, entry, registry, chunks,
+        stream=bool(body.stream), include_usage=body.include_usage, heartbeat_s=heartbeat_s, whole=whole,
+    )  # fmt: skip
