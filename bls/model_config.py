@@ -87,4 +87,7 @@ def engine_config_from_parameters(params: Mapping[str, str]) -> EngineConfig:
         max_step_cost=param_float(params, "max_step_cost"),
         enable_chunked_prefill=param_bool(params, "enable_chunked_prefill"),
         enable_prefix_caching=param_bool(params, "enable_prefix_caching"),
+        max_bulk_seqs_beside_interactive=(
+            int(cap) if (cap := params.get("max_bulk_seqs_beside_interactive", "")) else None
+        ),
     )

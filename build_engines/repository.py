@@ -70,6 +70,9 @@ def repository_values(
         "max_step_cost": repr(float(engine.max_step_cost)),
         "enable_chunked_prefill": "true" if engine.enable_chunked_prefill else "false",
         "enable_prefix_caching": "true" if engine.enable_prefix_caching else "false",
+        "max_bulk_seqs_beside_interactive": (
+            "" if engine.max_bulk_seqs_beside_interactive is None else str(engine.max_bulk_seqs_beside_interactive)
+        ),
         "stream_interval_ms": str(pool.stream_interval_ms),
         "max_stream_responses_per_s": str(pool.max_stream_responses_per_s),
         "postprocess_in_process": "true" if pool.postprocess_in_process else "false",

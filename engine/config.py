@@ -85,12 +85,18 @@ class EngineConfig:
     attention_cost_tokens: float = 256.0
     enable_chunked_prefill: bool = True
     enable_prefix_caching: bool = True
+    # While interactive work runs in a step, at most this many bulk sequences (oldest first)
+    # join it: on a CPU a step's cost grows with every sequence in it, so bulk would slow the
+    # people waiting. None: no cap (a GPU's decode step barely grows with the batch).
+    max_bulk_seqs_beside_interactive: int | None = None
 
     def __post_init__(self) -> None:
         if self.block_size < 1 or self.kv_capacity_tokens < self.block_size:
             raise ValueError("kv_capacity_tokens must hold at least one block of block_size >= 1")
         if self.max_num_seqs < 1 or self.max_num_batched_tokens < 1 or self.max_step_cost <= 0:
             raise ValueError("max_num_seqs, max_num_batched_tokens and max_step_cost must be positive")
+        if self.max_bulk_seqs_beside_interactive is not None and self.max_bulk_seqs_beside_interactive < 0:
+            raise ValueError("max_bulk_seqs_beside_interactive must be >= 0 (or None for no cap)")
 
     @property
     def num_blocks(self) -> int:

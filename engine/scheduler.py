@@ -5,7 +5,7 @@ tokens and wants to catch up. One step hands out a budget in this order:
 
     1. running interactive   (decodes, then the next chunks of half-read prompts, oldest first)
     2. waiting interactive   (admitted when their blocks can be had; may preempt bulk)
-    3. running bulk
+    3. running bulk          (beside interactive work, at most max_bulk_seqs_beside_interactive)
     4. waiting bulk          (not while an interactive request waits for memory)
 
 The budget counts *cost*, not only tokens: a token attending to `ctx` positions costs
@@ -166,9 +166,19 @@ class Scheduler:
         config = self.config
         step = _Step(config.max_num_batched_tokens, config.max_step_cost, config.max_num_seqs)
         for cls in CLASS_ORDER:
+            if cls is RequestClass.BULK and step.scheduled:
+                self._cap_bulk_beside_interactive(step)
             self._schedule_running(cls, step)
             self._schedule_waiting(cls, step)
         return SchedulerOutput(step.scheduled, step.preempted_ids, self.pop_aborted(), step.num_context)
+
+    def _cap_bulk_beside_interactive(self, step: _Step) -> None:
+        """Interactive work is in this step: let at most the configured number of bulk
+        sequences join it. The oldest go first; the rest keep their blocks and wait, and being
+        the newest they are the first preempted if memory runs short."""
+        cap = self.config.max_bulk_seqs_beside_interactive
+        if cap is not None:
+            step.seqs_left = min(step.seqs_left, cap)
 
     def pop_aborted(self) -> list[Sequence]:
         """Sequences aborted since the last call because they can never fit (each reported once)."""

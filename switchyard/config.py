@@ -59,6 +59,8 @@ class EngineSpec(_Strict):
     max_step_cost: Annotated[float, Field(gt=0)] = 4096.0
     enable_chunked_prefill: bool = True
     enable_prefix_caching: bool = True
+    # The CPU engine's step cost grows with every sequence in it: cap bulk beside interactive.
+    max_bulk_seqs_beside_interactive: Annotated[int, Field(ge=0)] | None = 4
 
     def to_engine_config(self) -> EngineConfig:
         return EngineConfig(**self.model_dump())

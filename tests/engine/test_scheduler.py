@@ -325,3 +325,25 @@ def test_random_workload_never_leaks_or_overflows(
     assert scheduler.block_manager.num_used_blocks == 0
     assert scheduler.block_manager.num_reused_blocks > 0
     assert preemptions > 0  # the workload really was short of memory
+
+
+def test_bulk_beside_interactive_is_capped_oldest_first(make_config: ConfigFactory, make_sequence: SeqFactory) -> None:
+    config = make_config(kv_capacity_tokens=256, max_bulk_seqs_beside_interactive=2)
+    scheduler = Scheduler(config)
+    for i in range(4):
+        scheduler.add(make_sequence(f"bulk{i}", range(3), arrival=i, max_tokens=50, request_class=BULK))
+    assert len(run_step(scheduler).scheduled) == 4  # no interactive work: no cap
+    chat = make_sequence("chat", range(3), arrival=9, max_tokens=50)
+    scheduler.add(chat)
+    assert planned(run_step(scheduler)) == [("chat", 3), ("bulk0", 1), ("bulk1", 1)]
+    assert planned(run_step(scheduler)) == [("chat", 1), ("bulk0", 1), ("bulk1", 1)]
+    scheduler.finish_sequence(chat, FinishReason.CANCELLED)
+    assert [seq.request_id for seq, _ in run_step(scheduler).scheduled] == ["bulk0", "bulk1", "bulk2", "bulk3"]
+
+
+def test_no_cap_by_default(make_config: ConfigFactory, make_sequence: SeqFactory) -> None:
+    scheduler = Scheduler(make_config(kv_capacity_tokens=256))
+    for i in range(4):
+        scheduler.add(make_sequence(f"bulk{i}", range(3), arrival=i, max_tokens=50, request_class=BULK))
+    scheduler.add(make_sequence("chat", range(3), arrival=9, max_tokens=50))
+    assert len(run_step(scheduler).scheduled) == 5
