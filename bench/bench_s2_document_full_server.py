@@ -30,7 +30,7 @@ from switchyard.config import SwitchyardConfig
 
 NAME = "s2_document_full_server"
 # Two teams of equal weight: `batch` fills the server with bulk (beyond its half it borrows),
-# `chat` runs interactive streams and then sends the document. Admission leases prompt +
+# then `chat` starts interactive streams and sends the document. Admission leases prompt +
 # max_tokens, so the numbers are chosen to pass it; the KV itself fills past what fits.
 BULK_REPLIES = 7
 BULK_PROMPT_TOKENS = 9_000
@@ -38,7 +38,7 @@ BULK_MAX_TOKENS = 200
 INTERACTIVE_STREAMS = 4
 INTERACTIVE_TOKENS = 2_000
 DOCUMENT_TOKENS = 30_000
-FULL_FRACTION = 0.78
+FULL_FRACTION = 0.75
 
 
 async def _wait_kv_full(metrics_url: str, timeout_s: float) -> float:
@@ -61,19 +61,6 @@ async def _scenario(
         httpx.AsyncClient(timeout=None, headers=teams["chat"]) as client,
         httpx.AsyncClient(timeout=None, headers=teams["batch"]) as batch,
     ):
-        inter, interactive = start_streams(
-            client,
-            url,
-            [
-                {
-                    "model": model,
-                    "prompt": prompt_of(tokenizer, 100, seed=500 + i),
-                    "max_tokens": INTERACTIVE_TOKENS,
-                    "ignore_eos": True,
-                }
-                for i in range(INTERACTIVE_STREAMS)
-            ],
-        )
         bulk = [
             asyncio.create_task(
                 stream_generate(
@@ -90,7 +77,22 @@ async def _scenario(
             )
             for i in range(BULK_REPLIES)
         ]
+        # Bulk fills the KV first; then people arrive: interactive streams, then the document.
         kv_full_at_arrival = await _wait_kv_full(metrics_url, timeout_s=120)
+        inter, interactive = start_streams(
+            client,
+            url,
+            [
+                {
+                    "model": model,
+                    "prompt": prompt_of(tokenizer, 100, seed=500 + i),
+                    "max_tokens": INTERACTIVE_TOKENS,
+                    "ignore_eos": True,
+                }
+                for i in range(INTERACTIVE_STREAMS)
+            ],
+        )
+        await asyncio.sleep(1.5)  # the streams are decoding
         doc = await stream_generate(
             client,
             url,
