@@ -57,13 +57,10 @@ def request_not_found(request_id: str) -> ApiError:
     return ApiError(404, "request_not_found", f"no request {request_id!r} is in flight", "request_id")
 
 
-def request_conflict(request_id: str) -> ApiError:
+def request_conflict(request_id: str, reason: str) -> ApiError:
+    """409 for a request id that cannot name this request; `reason` says why and what to do."""
     return ApiError(
-        409,
-        "request_conflict",
-        f"request {request_id!r} is already in flight; use a new request_id or wait for it to end",
-        "request_id",
-        {"X-Request-Id": request_id},
+        409, "conflict_error", f"request_id {request_id!r} {reason}", "request_id", {"X-Request-Id": request_id}
     )
 
 

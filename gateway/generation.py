@@ -26,7 +26,7 @@ from gateway.auth import Principal, require_model_access
 from gateway.backend import BackendError, GenerationDelta, GenerationRequest, RequestClass, Usage
 from gateway.cancel_bus import CancelBus
 from gateway.catalog import ModelCatalog, ServedModel
-from gateway.errors import ApiError, invalid_request, model_not_found
+from gateway.errors import ApiError, invalid_request, model_not_found, request_conflict
 from gateway.idempotency import ClaimState, IdempotencyStore, StoredDelta
 from gateway.metering import Metering
 from gateway.metrics import GatewayMetrics
@@ -115,11 +115,7 @@ class GenerationService:
         local = self._registry.get(scoped)
         claim = await self._idempotency.claim(team_id, public_id, digest)
         if claim.state is ClaimState.CONFLICT:
-            raise ApiError(
-                409, "conflict_error",
-                f"request_id {public_id!r} was already used with a different body; send a new request_id",
-                "request_id",
-            )  # fmt: skip
+            raise request_conflict(public_id, "was already used with a different body; send a new request_id")
         if claim.state is not ClaimState.NEW:
             if local is not None:  # running in this process: one more reader of it
                 return local
@@ -161,7 +157,7 @@ class GenerationService:
             entry = self._registry.start(request, prompt_tokens, public_id=public_id, hooks=hooks)
         except RequestIdInUse:
             await self._admission.release(lease)
-            raise ApiError(409, "conflict_error", f"request_id {public_id!r} is in flight", "request_id") from None
+            raise request_conflict(public_id, "is already in flight; wait for it to end") from None
         hooks.keep_lease_alive(entry)
         return entry
 

@@ -76,6 +76,7 @@ async def test_the_same_id_with_another_body_is_409(client: httpx.AsyncClient, b
         assert reply.status_code == 409, change
         assert reply.json()["error"]["type"] == "conflict_error"
         assert reply.json()["error"]["param"] == "request_id"
+        assert reply.headers["X-Request-Id"] == "r"
     # Another route's body is another body too.
     completion = await client.post("/v1/completions", json=BODY, headers={"X-Request-Id": "r"})
     assert completion.status_code == 409
