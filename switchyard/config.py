@@ -118,6 +118,22 @@ class QuotaSpec(_Strict):
     capacity_refresh_s: Annotated[float, Field(gt=0)] = 1.0
 
 
+class BulkSpec(_Strict):
+    """Batches: where uploads live, their limits, and how the dispatcher releases them."""
+
+    blob_dir: str = "var/blobs"  # the local blob store's folder (relative to the config's folder)
+    max_file_bytes: Annotated[int, Field(ge=1)] = 200 * 1024 * 1024  # OpenAI's per-file limit
+    max_requests_per_batch: Annotated[int, Field(ge=1)] = 50_000  # OpenAI's per-batch limit
+    max_deadline_s: Annotated[float, Field(gt=0)] = 24 * 3600.0  # also the default deadline
+    chunk_lines: Annotated[int, Field(ge=1)] = 256  # input lines per queued reference
+    # Share of each pool's KV that bulk leaves for people (interactive requests) at all times.
+    interactive_reserve_fraction: Annotated[float, Field(ge=0, lt=1)] = 0.2
+    max_inflight_per_pool: Annotated[int, Field(ge=1)] = 32  # bulk requests one dispatcher runs at once
+    max_attempts: Annotated[int, Field(ge=1)] = 3  # server failures before an entry is failed
+    reclaim_idle_s: Annotated[float, Field(gt=0)] = 30.0  # a dead dispatcher's entries go to another after this
+    results_flush_s: Annotated[float, Field(gt=0)] = 1.0  # how often results are written out
+
+
 class GatewaySpec(_Strict):
     host: str = "127.0.0.1"
     port: Annotated[int, Field(ge=1, le=65535)] = 8000
@@ -145,6 +161,7 @@ class SwitchyardConfig(_Strict):
     redis: RedisSpec = RedisSpec()
     teams: dict[str, TeamSpec] = {}
     quota: QuotaSpec = QuotaSpec()
+    bulk: BulkSpec = BulkSpec()
 
     @model_validator(mode="after")
     def _pools_name_models(self) -> SwitchyardConfig:
@@ -164,6 +181,10 @@ class SwitchyardConfig(_Strict):
         """Where `switchyard build` writes the filled Triton model repository of a pool."""
         return self.var_path / "model_repository" / pool_id
 
+    @property
+    def blob_path(self) -> Path:
+        return self.root / self.bulk.blob_dir
+
     def pools_for_model(self, model_id: str) -> list[str]:
         return [pid for pid, pool in self.pools.items() if pool.model_id == model_id]
 
@@ -173,6 +194,7 @@ def dump_config(config: SwitchyardConfig, path: Path) -> Path:
     (relative paths are made absolute against the original root)."""
     raw = config.model_dump(mode="json", exclude={"root"})
     raw["var_dir"] = str(config.var_path.resolve())
+    raw["bulk"]["blob_dir"] = str(config.blob_path.resolve())
     for model_id, model in raw["models"].items():
         model["weights_uri"] = str(config.model_dir(model_id).resolve())
     path.parent.mkdir(parents=True, exist_ok=True)
