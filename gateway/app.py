@@ -17,10 +17,13 @@ import httpx
 import redis.asyncio as aioredis
 from fastapi import FastAPI
 
+from bulk.blob_store import LocalBlobStore
+from bulk.intake import BatchIntake
 from gateway.auth import install_auth
 from gateway.backend import BackendFactory, GenerationBackend
 from gateway.cancel_bus import CancelBus
 from gateway.catalog import ModelCatalog
+from gateway.chat_template import ChatTemplates
 from gateway.deps import Services
 from gateway.errors import install_error_handlers
 from gateway.generation import GenerationService
@@ -103,7 +106,10 @@ def create_app(
                 cancel_bus=cancel_bus,
                 metrics=app.state.metrics,
             )
-            app.state.services = Services(loaded, catalog, backend, registry, generation, admission)
+            templates = ChatTemplates(loaded)
+            app.state.chat_templates = templates  # the chat route's, shared with batch validation
+            intake = BatchIntake(loaded, redis_client, LocalBlobStore(loaded.blob_path), catalog, templates)
+            app.state.services = Services(loaded, catalog, backend, registry, generation, admission, intake)
             try:
                 yield
             finally:

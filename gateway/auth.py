@@ -3,6 +3,9 @@
     missing / not "Bearer KEY"    401 authentication_error  (how to get a key)
     unknown or revoked key        401 authentication_error
     the admin key                 Principal(team_id=None, is_admin=True)
+    the admin key + X-Switchyard-Team: T
+                                  Principal(team_id=T, is_admin=True, team=<TeamSpec>): a
+                                  service (the bulk dispatcher) acting for team T, billed to T
     a team's key                  Principal(team_id="dev", is_admin=False, team=<TeamSpec>)
     a model the team may not use  403 permission_error      (require_model_access)
 
@@ -23,6 +26,7 @@ from gateway.errors import ApiError
 from quota.keys import KeyStore
 from switchyard.config import TeamSpec
 
+TEAM_HEADER = "X-Switchyard-Team"
 KEY_STORE_STATE = "key_store"  # app.state.key_store: the KeyStore every request resolves against
 _HOW_TO_GET_A_KEY = "an operator makes one with `switchyard keys create TEAM`"
 _CHALLENGE = {"WWW-Authenticate": "Bearer"}
@@ -69,7 +73,12 @@ async def get_principal(
     """Resolve the request's bearer key; 401 unless it names a configured team or the admin."""
     key = _bearer_key(request.headers.get("authorization"))
     if store.is_admin(key):
-        return Principal(team_id=None, is_admin=True)
+        acting_for = request.headers.get(TEAM_HEADER)
+        if acting_for is None:
+            return Principal(team_id=None, is_admin=True)
+        if acting_for not in store.teams:
+            raise forbidden(f"header {TEAM_HEADER} names unknown team {acting_for!r}", TEAM_HEADER)
+        return Principal(team_id=acting_for, is_admin=True, team=store.teams[acting_for])
     try:
         team_id = await store.resolve(key)
     except redis.RedisError:

@@ -8,6 +8,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
+from bulk.intake import BatchIntake
 from gateway.backend import GenerationBackend
 from gateway.catalog import ModelCatalog
 from gateway.generation import GenerationService
@@ -28,6 +29,7 @@ class Services:
     registry: RequestRegistry
     generation: GenerationService
     admission: Admission
+    intake: BatchIntake
 
 
 def get_settings(request: Request) -> GatewaySettings:
@@ -69,6 +71,10 @@ def get_admission(request: Request) -> Admission:
     return get_services(request).admission
 
 
+def get_intake(request: Request) -> BatchIntake:
+    return get_services(request).intake
+
+
 SettingsDep = Annotated[GatewaySettings, Depends(get_settings)]
 MetricsDep = Annotated[GatewayMetrics, Depends(get_metrics)]
 CatalogDep = Annotated[ModelCatalog, Depends(get_catalog)]
@@ -76,3 +82,4 @@ BackendDep = Annotated[GenerationBackend, Depends(get_backend)]
 RegistryDep = Annotated[RequestRegistry, Depends(get_registry)]
 GenerationDep = Annotated[GenerationService, Depends(get_generation)]
 AdmissionDep = Annotated[Admission, Depends(get_admission)]
+IntakeDep = Annotated[BatchIntake, Depends(get_intake)]

@@ -113,6 +113,11 @@ class ErrorBody(BaseModel):
     error: ErrorDetail
 
 
+def error_responses(*codes: int) -> dict[int | str, dict[str, object]]:
+    """OpenAPI `responses` for routes that answer these statuses with an ErrorBody."""
+    return {code: {"model": ErrorBody} for code in codes}
+
+
 # What a valid value looks like, per request field: validation errors quote these so a 400
 # says what to send instead, not only what was wrong.
 FIELD_HINTS: dict[str, str] = {

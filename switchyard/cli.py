@@ -6,6 +6,8 @@
     switchyard up                     the whole platform: Redis, Triton per pool, gateway
     switchyard keys create TEAM       a new API key for TEAM, printed once (also: list, revoke)
     switchyard usage [--since 24h]    usage per team, model and class
+    switchyard dispatcher             run the bulk dispatcher in the foreground
+    switchyard batches [submit FILE --model M --deadline 6h | show | cancel | results]
 
 Each subcommand imports what it needs when it runs, so `switchyard --help` stays instant.
 """
@@ -57,6 +59,28 @@ def _cmd_up(config: SwitchyardConfig, args: argparse.Namespace) -> int:
     from switchyard.stack import run_stack
 
     return run_stack(config, gateway_port=args.port or config.gateway.port)
+
+
+def _cmd_dispatcher(config: SwitchyardConfig, args: argparse.Namespace) -> int:
+    import asyncio
+    import logging.config
+
+    from bulk.service import serve_dispatcher
+    from gateway.logging_setup import logging_config
+
+    logging.config.dictConfig(logging_config("INFO"))
+    asyncio.run(serve_dispatcher(config, gateway_url=args.gateway_url))
+    return 0
+
+
+def _batch_command(name: str) -> Callable[[SwitchyardConfig, argparse.Namespace], int]:
+    def run(config: SwitchyardConfig, args: argparse.Namespace) -> int:
+        from switchyard import batch_commands
+
+        result: int = getattr(batch_commands, name)(config, args)
+        return result
+
+    return run
 
 
 def _quota_command(name: str) -> Callable[[SwitchyardConfig, argparse.Namespace], int]:
@@ -111,7 +135,14 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--port", type=int, default=None, help="gateway port (default from config)")
     up.set_defaults(func=_cmd_up)
 
+    dispatcher = sub.add_parser("dispatcher", help="run the bulk dispatcher (releases batch entries onto spare room)")
+    dispatcher.add_argument("--gateway-url", default=None, help="gateway to submit through (default from config)")
+    dispatcher.set_defaults(func=_cmd_dispatcher)
+
     _add_quota_parsers(sub)
+    from switchyard.batch_commands import add_batch_parsers
+
+    add_batch_parsers(sub, _batch_command)
     return parser
 
 

@@ -1,10 +1,10 @@
-"""The whole platform on one machine: Redis, one Triton server per pool, the gateway.
+"""The whole platform on one machine: Redis, Triton per pool, the gateway, the bulk dispatcher.
 
 `switchyard up` (and so `make up`) runs it in the foreground until Ctrl-C; the benchmarks and
 the end-to-end tests use the same `Stack` so they measure what `make up` runs.
 
     Stack.start():  redis-server ─▶ API keys (var/dev-api-key, var/admin-api-key)
-                    ─▶ tritonserver per pool (parallel starts) ─▶ gateway
+                    ─▶ tritonserver per pool (parallel starts) ─▶ gateway ─▶ dispatcher
     Stack.stop():   the reverse, every process group killed: no orphans
 """
 
@@ -54,6 +54,7 @@ class Stack:
         )
         self.tritons: dict[str, TritonServer] = {}
         self.gateway: ManagedProcess | None = None
+        self.dispatcher: ManagedProcess | None = None
         self.admin_key_path: Path | None = None
         self.dev_key_path: Path | None = None  # set once this stack's Redis holds team `dev`'s key
 
@@ -68,6 +69,7 @@ class Stack:
                 self.ensure_keys()
             self._start_tritons()
             self._start_gateway(timeout_s)
+            self.start_dispatcher()
         except BaseException:
             self.stop()
             raise
@@ -96,15 +98,23 @@ class Stack:
             for future in [pool.submit(server.start) for server in self.tritons.values()]:
                 future.result()
 
-    def _start_gateway(self, timeout_s: float) -> None:
+    def _environment(self) -> dict[str, str]:
         config_path = dump_config(self.config, self.config.var_path / "run" / "switchyard.yaml")
-        env = dict(os.environ)
+        return {**os.environ, "SWITCHYARD_CONFIG": str(config_path), "PYTHONUNBUFFERED": "1"}
+
+    def start_dispatcher(self) -> None:
+        """The bulk dispatcher, submitting through this stack's gateway (tests restart it)."""
+        env = {**self._environment(), "SWITCHYARD_GATEWAY_URL": self.gateway_url}
+        log = self.config.var_path / "logs" / "dispatcher.log"
+        self.dispatcher = ManagedProcess("dispatcher", [sys.executable, "-m", "bulk"], log, env=env)
+        self.dispatcher.start()
+
+    def _start_gateway(self, timeout_s: float) -> None:
+        env = self._environment()
         env.update(
-            SWITCHYARD_CONFIG=str(config_path),
             SWITCHYARD_HOST=self.config.gateway.host,
             SWITCHYARD_PORT=str(self.gateway_port),
             SWITCHYARD_WORKERS=os.environ.get("SWITCHYARD_WORKERS", "2"),
-            PYTHONUNBUFFERED="1",
         )
         self.gateway = ManagedProcess(
             "gateway",
@@ -127,9 +137,14 @@ class Stack:
         dead = [f"triton {pid}" for pid, server in self.tritons.items() if server.poll() is not None]
         if self.gateway is not None and not self.gateway.alive():
             dead.append("gateway")
+        if self.dispatcher is not None and not self.dispatcher.alive():
+            dead.append("dispatcher")
         return dead
 
     def stop(self) -> None:
+        if self.dispatcher is not None:  # first: its running entries end through the gateway
+            self.dispatcher.stop()
+            self.dispatcher = None
         if self.gateway is not None:
             self.gateway.stop()
             self.gateway = None

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import sys
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +23,7 @@ import redis
 
 from build_engines.build import build_model
 from build_engines.repository import fill_repository
+from quota.key_files import ADMIN_KEY_ENV
 from quota.keys import SyncKeyStore
 from switchyard.config import Ports, SwitchyardConfig, TeamSpec, dump_config
 from switchyard.ports import free_ports
@@ -118,6 +120,8 @@ class LiveGateway:
     api_key: str
     team_id: str
     config: SwitchyardConfig
+    admin_key: str  # what the bulk dispatcher sends, acting for a team
+    other_key: str  # a key of team `e2e-other`, which must not see `e2e`'s batches
 
     @property
     def headers(self) -> dict[str, str]:
@@ -136,14 +140,22 @@ def live_gateway(triton_pool: TritonPool, tmp_path_factory: pytest.TempPathFacto
     config = triton_pool.config.model_copy(
         update={
             "redis": triton_pool.config.redis.model_copy(update={"port": redis_server.port}),
-            "teams": {"e2e": TeamSpec(weight=1.0)},
+            "teams": {"e2e": TeamSpec(weight=1.0), "e2e-other": TeamSpec(weight=1.0)},
         }
     )
-    api_key = SyncKeyStore(redis.Redis.from_url(redis_server.url), config.teams).create("e2e")
+    keys = SyncKeyStore(redis.Redis.from_url(redis_server.url), config.teams)
+    api_key, other_key = keys.create("e2e"), keys.create("e2e-other")
     config_path = dump_config(config, config.var_path / "run" / "switchyard-e2e.yaml")
     # Two worker processes: a DELETE or a repeat may land on the worker that does not run
     # the request, so these tests cover the Redis-shared paths too.
-    env = {**os.environ, "SWITCHYARD_CONFIG": str(config_path), "SWITCHYARD_PORT": str(port), "SWITCHYARD_WORKERS": "2"}
+    admin_key = f"sy-admin-{uuid.uuid4().hex}"
+    env = {
+        **os.environ,
+        "SWITCHYARD_CONFIG": str(config_path),
+        "SWITCHYARD_PORT": str(port),
+        "SWITCHYARD_WORKERS": "2",
+        ADMIN_KEY_ENV: admin_key,
+    }
     process = ManagedProcess("gateway", [sys.executable, "-m", "gateway"], config.var_path / "logs" / "gw.log", env=env)
     url = f"http://127.0.0.1:{port}"
 
@@ -157,6 +169,6 @@ def live_gateway(triton_pool: TritonPool, tmp_path_factory: pytest.TempPathFacto
         with process:
             assert wait_until(lambda: ready() or not process.alive(), 60), process.log_tail()
             assert process.alive(), process.log_tail()
-            yield LiveGateway(url, api_key, "e2e", config)
+            yield LiveGateway(url, api_key, "e2e", config, admin_key, other_key)
     finally:
         redis_server.stop()

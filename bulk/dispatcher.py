@@ -1,0 +1,349 @@
+"""The bulk dispatcher (`switchyard dispatcher`): releases batch entries onto spare room.
+
+Each step:
+
+    refresh (every second)  active batches from Redis; expire those past their deadline,
+                            sweep cancelled ones; flag batches at risk; keep held chunks
+                            fresh and reclaim a dead dispatcher's
+    release                 per pool, while `RoomPolicy` says there is room (KV above the
+                            interactive reserve, nobody interactive waiting): `ReleaseOrder`
+                            picks the batch (at risk first, fair across teams in tokens,
+                            earliest deadline within a team) and its next entry goes to the
+                            gateway as class `bulk`
+    flush (every results_flush_s)  results written and marked once; complete chunks acked;
+                            a batch whose last entry ended is finalized
+
+The decisions are the plain policy objects of `bulk.release_policy`; this class does the I/O.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Protocol
+
+import redis.asyncio as aioredis
+
+from bulk.batch_lines import BatchEntry, LineValidator
+from bulk.batch_store import BatchRecord, BatchStatus, BatchStore
+from bulk.batch_work import BatchWork, ReadyEntry
+from bulk.blob_store import BlobStore
+from bulk.chunk_queue import ChunkQueue, QueuedChunk
+from bulk.file_store import FileStore
+from bulk.finalizer import Finalizer
+from bulk.gateway_client import Submission, Verdict
+from bulk.ingest import split_lines
+from bulk.intake import make_validator
+from bulk.pool_loads import PoolLoadSource
+from bulk.release_policy import Candidate, DeadlineRisk, ReleaseOrder, RoomPolicy
+from bulk.results import EntryResult, Outcome, ResultStore, output_record
+from gateway.catalog import ModelCatalog
+from gateway.chat_template import ChatTemplates
+from switchyard.config import SwitchyardConfig
+
+logger = logging.getLogger(__name__)
+
+_FLUSH_AT_RESULTS = 256
+_STOP_GRACE_S = 10.0  # on SIGTERM, how long running entries may take to end (then: reclaimed later)
+
+
+class Submitter(Protocol):
+    async def submit(self, team_id: str, batch_id: str, entry: BatchEntry, attempt: int) -> Submission: ...
+
+
+class Dispatcher:
+    def __init__(
+        self,
+        config: SwitchyardConfig,
+        client: aioredis.Redis,
+        blobs: BlobStore,
+        catalog: ModelCatalog,
+        submitter: Submitter,
+        loads: PoolLoadSource,
+        *,
+        consumer: str,
+        clock: Callable[[], float] = time.time,
+        refresh_s: float = 1.0,
+    ) -> None:
+        """`refresh_s`: how often batches are re-read from Redis (a cancel or a new batch is
+        seen within it)."""
+        self._config = config
+        self._bulk = config.bulk
+        self._blobs = blobs
+        self._catalog = catalog
+        self._templates = ChatTemplates(config)
+        self._submitter = submitter
+        self._loads = loads
+        self._clock = clock
+        self._refresh_s = refresh_s
+        self.batches = BatchStore(client)
+        self.queue = ChunkQueue(client, consumer)
+        self.results = ResultStore(client, blobs)
+        self._finalizer = Finalizer(client, blobs, self.batches, self.results, FileStore(client), self.queue)
+        self._room = RoomPolicy(self._bulk.interactive_reserve_fraction, self._bulk.max_inflight_per_pool)
+        weights = {team: spec.weight for team, spec in config.teams.items()}
+        self._orders = {pool_id: ReleaseOrder(weights) for pool_id in config.pools}  # fairness per pool
+        self._risk = DeadlineRisk()
+        self._work: dict[str, BatchWork] = {}
+        self._paused_until: dict[str, float] = {}
+        self._segments = 0
+        self._next_refresh = 0.0
+        self._next_keepalive = 0.0
+        self._next_flush = 0.0
+        self._wake = asyncio.Event()
+
+    async def run(self, stop: asyncio.Event, tick_s: float = 0.05) -> None:
+        """Step until `stop` is set; then let running entries end and write their results."""
+        while not stop.is_set():
+            try:
+                await self.step()
+            except Exception:  # Redis or the blob store failing must not end the service
+                logger.exception("dispatcher step failed; retrying")
+                await asyncio.sleep(1.0)
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), tick_s)
+        tasks = [task for work in self._work.values() for task in work.inflight.values()]
+        if tasks:
+            await asyncio.wait(tasks, timeout=_STOP_GRACE_S)
+        await self.flush(self._clock())
+
+    async def step(self) -> None:
+        now = self._clock()
+        if now >= self._next_refresh:
+            self._next_refresh = now + self._refresh_s
+            await self._refresh(now)
+        await self._release(now)
+        if now >= self._next_flush or any(len(w.results) >= _FLUSH_AT_RESULTS for w in self._work.values()):
+            self._next_flush = now + self._bulk.results_flush_s
+            await self.flush(now)
+
+    def inflight(self) -> int:
+        return sum(len(work.inflight) for work in self._work.values())
+
+    # -- refresh ---------------------------------------------------------------------------
+
+    async def _refresh(self, now: float) -> None:
+        active = await self.batches.active_ids()
+        for batch_id in set(self._work) - set(active):
+            self._drop(batch_id)
+        for batch_id in active:
+            record = await self.batches.get(batch_id)
+            if record is None:
+                continue
+            if record.status is BatchStatus.FINALIZING:
+                await self._finalize(batch_id, now)
+                continue
+            work = self._work.get(batch_id)
+            if work is None:
+                work = self._work[batch_id] = BatchWork(record, self._validator(record))
+            work.record = record
+            work.queue_empty = False
+            if now >= record.deadline:
+                await self._sweep(work, Outcome.EXPIRED, now)
+            elif record.status is BatchStatus.CANCELLING:
+                await self._sweep(work, Outcome.FAILED, now)
+            else:
+                await self._flag_risk(work, now)
+        if now >= self._next_keepalive:
+            self._next_keepalive = now + self._bulk.reclaim_idle_s / 3
+            await self._keep_chunks()
+
+    async def _flag_risk(self, work: BatchWork, now: float) -> None:
+        record = work.record
+        work.rate.observe(record.finished_entries - record.invalid, now)
+        at_risk = self._risk.at_risk(record.pending, work.rate.per_s(), now, record.deadline)
+        if at_risk != record.at_risk:
+            await self.batches.set_fields(record.batch_id, at_risk=int(at_risk))
+            if at_risk:
+                logger.warning(
+                    "batch at risk of missing its deadline; raised within bulk",
+                    extra={"batch_id": record.batch_id, "team": record.team_id, "pending": record.pending},
+                )
+
+    async def _keep_chunks(self) -> None:
+        """Refresh the chunks this dispatcher holds; take over those a dead one held."""
+        for work in list(self._work.values()):
+            await self.queue.touch(work.batch_id, work.held_message_ids())
+            if work.record.status is BatchStatus.IN_PROGRESS:
+                for queued in await self.queue.reclaim(work.batch_id, self._bulk.reclaim_idle_s):
+                    if queued.message_id not in work.chunks:
+                        logger.info("reclaimed a chunk", extra={"batch_id": work.batch_id, "chunk": queued.message_id})
+                        await self._load(work, queued)
+
+    async def _sweep(self, work: BatchWork, outcome: Outcome, now: float) -> None:
+        """Expire (deadline) or cancel every entry not yet ended. Expiry stops running entries;
+        cancellation lets this dispatcher's running entries finish."""
+        if outcome is Outcome.EXPIRED:
+            for task in work.inflight.values():
+                task.cancel()
+            await asyncio.gather(*work.inflight.values(), return_exceptions=True)
+        work.ready.clear()
+        code, message = (
+            ("batch_expired", "the batch reached its deadline before this request ran")
+            if outcome is Outcome.EXPIRED
+            else ("batch_cancelled", "the batch was cancelled before this request ran")
+        )
+        pending = {result.line for result in work.results} | set(work.inflight)
+        foreign: list[str] = []
+        for queued in await self.queue.drain(work.batch_id):
+            raw = await self._blobs.read_range(work.record.input_key, queued.chunk.byte_start, queued.chunk.byte_end)
+            lines = [(n, text) for n, text in split_lines(raw, queued.chunk.first_line) if n not in pending]
+            marked = await self.results.marked(work.batch_id, [n for n, _ in lines])
+            for line, text in lines:
+                entry = work.validator.validate(line, text)
+                if line in marked or not isinstance(entry, BatchEntry):
+                    continue
+                error = {"code": code, "message": message}
+                work.results.append(
+                    EntryResult(line, outcome, output_record(work.batch_id, line, entry.custom_id, error=error))
+                )
+            if queued.message_id not in work.chunks:
+                foreign.append(queued.message_id)
+        await self._write(work, now)
+        for message_id in foreign:  # another dispatcher's (or nobody's) chunk: every line is marked now
+            await self.queue.ack(work.batch_id, message_id)
+        if await self.results.settle(work.batch_id, now):
+            await self._finalize(work.batch_id, now)
+
+    # -- release ---------------------------------------------------------------------------
+
+    async def _release(self, now: float) -> None:
+        by_pool: dict[str, list[BatchWork]] = {}
+        for work in self._work.values():
+            if work.record.status is BatchStatus.IN_PROGRESS and now < work.record.deadline:
+                by_pool.setdefault(self._pool_of(work.record), []).append(work)
+        for pool_id, works in by_pool.items():
+            if self._paused_until.get(pool_id, 0.0) > now:
+                continue
+            await self._release_in_pool(pool_id, works)
+
+    async def _release_in_pool(self, pool_id: str, works: list[BatchWork]) -> None:
+        for work in works:
+            await self._fill(work)
+        if not any(work.ready for work in works):
+            return
+        tokens = sum(cost for work in works for cost in work.inflight_costs.values())
+        requests = sum(len(work.inflight) for work in works)
+        room = self._room.room_tokens(await self._loads.pool_load(pool_id, tokens, requests))
+        while room > 0 and requests < self._bulk.max_inflight_per_pool:
+            # Every batch with an entry ready is a candidate, fitting or not: the order resets
+            # the credit of teams left out, and a team of long entries must build it up.
+            candidates = [
+                Candidate(w.batch_id, w.record.team_id, w.record.deadline, w.record.created_at, cost, w.record.at_risk)
+                for w in works
+                if (cost := w.head_cost()) is not None
+            ]
+            chosen = self._orders[pool_id].peek(candidates)
+            if chosen is None or (chosen.head_cost > room and requests > 0):
+                break
+            self._orders[pool_id].pick(candidates)
+            work = self._work[chosen.batch_id]
+            if work.record.started_at is None:
+                work.record = replace(work.record, started_at=self._clock())
+                await self.batches.mark_started(work.batch_id, self._clock())
+            ready = work.ready.popleft()
+            self._launch(work, ready)
+            room -= ready.entry.cost_tokens
+            requests += 1
+            await self._fill(work)
+
+    async def _fill(self, work: BatchWork) -> None:
+        """Make sure the batch has an entry ready, reading its next chunk if needed."""
+        while not work.ready and not work.queue_empty:
+            chunks = await self.queue.read(work.batch_id)
+            if not chunks:
+                work.queue_empty = True
+                return
+            await self._load(work, chunks[0])
+
+    async def _load(self, work: BatchWork, queued: QueuedChunk) -> None:
+        chunk = queued.chunk
+        raw = await self._blobs.read_range(work.record.input_key, chunk.byte_start, chunk.byte_end)
+        marked = await self.results.marked(work.batch_id, list(range(chunk.first_line, chunk.last_line + 1)))
+        if not work.load_chunk(queued, raw, marked):
+            await self.queue.ack(work.batch_id, queued.message_id)
+
+    def _launch(self, work: BatchWork, ready: ReadyEntry) -> None:
+        line = ready.entry.line
+        work.inflight[line] = asyncio.create_task(self._run_entry(work, ready), name=f"bulk-{work.batch_id}-{line}")
+        work.inflight_costs[line] = ready.entry.cost_tokens
+
+    async def _run_entry(self, work: BatchWork, ready: ReadyEntry) -> None:
+        entry = ready.entry
+        try:
+            submission = await self._submitter.submit(work.record.team_id, work.batch_id, entry, ready.attempt)
+            self._settle_entry(work, ready, submission)
+        finally:
+            work.inflight.pop(entry.line, None)
+            work.inflight_costs.pop(entry.line, None)
+            self._wake.set()
+
+    def _settle_entry(self, work: BatchWork, ready: ReadyEntry, submission: Submission) -> None:
+        entry = ready.entry
+        verdict = submission.verdict
+        if verdict is Verdict.LATER:  # no room after all: not an attempt
+            work.ready.appendleft(ready)
+            pool_id = self._pool_of(work.record)
+            self._paused_until[pool_id] = self._clock() + submission.retry_after_s
+            return
+        if verdict is Verdict.RETRY and ready.attempt + 1 < self._bulk.max_attempts:
+            logger.info(
+                "bulk entry failed on a server; retrying", extra={"batch_id": work.batch_id, "line": entry.line}
+            )
+            work.ready.appendleft(ReadyEntry(entry, ready.attempt + 1, submission.error))
+            return
+        if verdict is Verdict.DONE:
+            record = output_record(work.batch_id, entry.line, entry.custom_id, response=submission.response)
+            work.results.append(EntryResult(entry.line, Outcome.DONE, record))
+            return
+        error = dict(submission.error or {"code": "server_error", "message": "unknown failure"})
+        if verdict is Verdict.RETRY:
+            error["message"] = f"failed after {ready.attempt + 1} attempts: {error.get('message')}"
+        record = output_record(work.batch_id, entry.line, entry.custom_id, error=error)
+        work.results.append(EntryResult(entry.line, Outcome.FAILED, record))
+
+    # -- flush -----------------------------------------------------------------------------
+
+    async def flush(self, now: float) -> None:
+        for work in list(self._work.values()):
+            if work.results:
+                await self._write(work, now)
+
+    async def _write(self, work: BatchWork, now: float) -> None:
+        if not work.results:
+            return
+        results, work.results = work.results, []
+        self._segments += 1
+        try:
+            marked = await self.results.write(work.batch_id, f"{self.queue.consumer}-{self._segments}", results, now)
+        except Exception:
+            work.results[:0] = results  # written next time; nothing was marked
+            raise
+        for message_id in work.settle(result.line for result in results):
+            await self.queue.ack(work.batch_id, message_id)
+        if marked.finalizing:
+            await self._finalize(work.batch_id, now)
+
+    async def _finalize(self, batch_id: str, now: float) -> None:
+        # Results this dispatcher still holds for the batch are duplicates: every entry is marked.
+        if await self._finalizer.finalize(batch_id, now) is not None:
+            self._drop(batch_id)
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _drop(self, batch_id: str) -> None:
+        work = self._work.pop(batch_id, None)
+        if work is not None:
+            for task in work.inflight.values():
+                task.cancel()
+
+    def _pool_of(self, record: BatchRecord) -> str:
+        return self._config.pools_for_model(record.model_id)[0]
+
+    def _validator(self, record: BatchRecord) -> LineValidator:
+        return make_validator(self._catalog, self._templates, record.model_id, record.line_format, record.endpoint)

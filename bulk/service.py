@@ -1,0 +1,81 @@
+"""`switchyard dispatcher` (and `python -m bulk`): the dispatcher process and its connections.
+
+It needs Redis (batches, queue, leases), the blob store, the models' tokenizers (to re-read
+entries as the gateway validated them), every pool's metrics (capacity) and a gateway with the
+admin key (entries run through the same routes, admission and metering as everyone's).
+SIGTERM or Ctrl-C: it stops releasing, lets running entries end and writes their results; a
+chunk it still held goes to the next dispatcher after `bulk.reclaim_idle_s`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+import uuid
+
+import httpx
+import redis.asyncio as aioredis
+
+from bulk.blob_store import LocalBlobStore
+from bulk.dispatcher import Dispatcher
+from bulk.gateway_client import GatewaySubmitter
+from bulk.pool_loads import LivePoolLoads
+from gateway.catalog import ModelCatalog
+from quota.admission import Admission
+from quota.capacity import CapacityMonitor, config_metrics_urls
+from quota.key_files import ADMIN_KEY_ENV, admin_key_path, read_key_file
+from switchyard.config import SwitchyardConfig
+
+logger = logging.getLogger(__name__)
+
+GATEWAY_URL_ENV = "SWITCHYARD_GATEWAY_URL"
+
+
+def admin_key(config: SwitchyardConfig) -> str:
+    key = os.environ.get(ADMIN_KEY_ENV, "").strip() or read_key_file(admin_key_path(config.var_path))
+    if not key:
+        raise SystemExit(f"no admin key: set {ADMIN_KEY_ENV} or run `switchyard up` once to write var/admin-api-key")
+    return key
+
+
+async def serve_dispatcher(config: SwitchyardConfig, gateway_url: str | None = None) -> None:
+    """Run until SIGTERM/SIGINT."""
+    url = gateway_url or os.environ.get(GATEWAY_URL_ENV) or f"http://{config.gateway.host}:{config.gateway.port}"
+    consumer = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    client = aioredis.Redis.from_url(config.redis.url, socket_timeout=10)
+    timeout = httpx.Timeout(connect=5.0, read=None, write=30.0, pool=None)
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)
+    async with (
+        httpx.AsyncClient(base_url=url, timeout=timeout, limits=limits) as gateway,
+        httpx.AsyncClient() as scraper,
+    ):
+        monitor = CapacityMonitor(lambda: config_metrics_urls(config), scraper, config.quota.capacity_refresh_s)
+        await monitor.refresh()
+        polling = asyncio.create_task(monitor.run(), name="capacity-monitor")
+        leases = Admission(config, client, monitor).store
+        dispatcher = Dispatcher(
+            config,
+            client,
+            LocalBlobStore(config.blob_path),
+            ModelCatalog.load(config),
+            GatewaySubmitter(gateway, admin_key(config)),
+            LivePoolLoads(monitor, leases),
+            consumer=consumer,
+        )
+        logger.info("dispatcher started", extra={"consumer": consumer, "gateway": url})
+        try:
+            await dispatcher.run(stop)
+        finally:
+            polling.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await polling
+            await client.aclose()
+    logger.info("dispatcher stopped", extra={"consumer": consumer})

@@ -1,0 +1,198 @@
+"""Batches: native and OpenAI-compatible on the same paths.
+
+    POST /v1/batches                 multipart (file, model, deadline): native, validated as it uploads
+                                     JSON {input_file_id, endpoint, completion_window}: OpenAI
+    GET  /v1/batches                 the team's batches, newest first (?limit, ?after)
+    GET  /v1/batches/{id}            status, counts, times, ETA, links
+    GET  /v1/batches/{id}/results    JSONL, streamed (what has finished so far, until it ends)
+    GET  /v1/batches/{id}/errors     JSONL: refused lines, failed and expired entries
+    POST /v1/batches/{id}/cancel     no new releases; running entries end; the rest are cancelled
+
+Another team's batch is a 404, as if it did not exist.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import StreamingResponse
+from pydantic import ValidationError
+
+from bulk.batch_store import BatchRecord, BatchStatus
+from bulk.deadlines import parse_deadline
+from bulk.ingest import IngestRefused
+from bulk.intake import BatchIntake
+from bulk.multipart_upload import MultipartError, MultipartReader
+from bulk.results import Outcome, errors_key, results_key
+from gateway.auth import Principal, PrincipalDep, require_model_access
+from gateway.batch_schemas import BatchList, BatchObject, CreateBatchBody, batch_object
+from gateway.deps import CatalogDep, IntakeDep
+from gateway.errors import ApiError, describe_validation_errors, invalid_request, model_not_found
+from gateway.schemas import error_responses
+
+router = APIRouter(prefix="/v1/batches", tags=["batches"])
+
+JSONL = "application/jsonl"
+
+
+def team_of(principal: Principal) -> str:
+    if principal.team_id is None:
+        raise ApiError(403, "permission_error", "the admin key belongs to no team; send a team's API key", None)
+    return principal.team_id
+
+
+def batch_not_found(batch_id: str) -> ApiError:
+    return ApiError(404, "not_found_error", f"no batch {batch_id!r} (GET /v1/batches lists yours)", "batch_id")
+
+
+def refused(exc: IngestRefused | MultipartError) -> ApiError:
+    if isinstance(exc, IngestRefused):
+        status_type = "request_too_large" if exc.status == 413 else "invalid_request_error"
+        return ApiError(exc.status, status_type, exc.message, "file")
+    return invalid_request(str(exc), "file")
+
+
+def _deadline(value: str | None, intake: BatchIntake) -> float:
+    try:
+        return parse_deadline(value, time.time(), intake.max_deadline_s)
+    except ValueError as exc:
+        raise invalid_request(str(exc), "deadline") from None
+
+
+@router.post("", response_model=BatchObject, status_code=202, responses=error_responses(400, 403, 404, 413))
+async def create_batch(
+    request: Request, intake: IntakeDep, catalog: CatalogDep, principal: PrincipalDep
+) -> BatchObject:
+    """Create a batch. Multipart (native): `file` (JSONL of {prompt, max_tokens, custom_id?, ...}),
+    `model`, `deadline` (6h, 90m, or an RFC 3339 time; at most and by default 24 h). JSON
+    (OpenAI): `input_file_id` of a `purpose=batch` file, `endpoint`, `completion_window`."""
+    team_id = team_of(principal)
+    content_type = request.headers.get("content-type", "")
+    try:
+        if content_type.startswith("application/json"):
+            record = await _from_json(request, intake, catalog, principal, team_id)
+        else:
+            record = await _from_upload(request, intake, catalog, principal, team_id, content_type)
+    except (IngestRefused, MultipartError) as exc:
+        raise refused(exc) from None
+    return batch_object(record)
+
+
+async def _from_upload(
+    request: Request, intake: BatchIntake, catalog: CatalogDep, principal: Principal, team_id: str, content_type: str
+) -> BatchRecord:
+    reader = MultipartReader(request.stream(), content_type)
+    fields = await reader.fields_before_file()
+    if "model" in fields:
+        model_id = _model(fields["model"], catalog, principal)
+        deadline = _deadline(fields.get("deadline"), intake)
+        record = await intake.from_upload(
+            team_id, model_id, reader.file_chunks(), filename=reader.filename or "upload.jsonl", deadline=deadline
+        )
+        await reader.finish()
+        return record
+    # The fields came after the file: keep the file first, then validate it where it lies.
+    stored = await intake.store_file(team_id, "batch", reader.filename or "upload.jsonl", reader.file_chunks())
+    form = await reader.finish()
+    if "model" not in form.fields:
+        raise invalid_request("the form needs a 'model' field (send it before the file)", "model")
+    model_id = _model(form.fields["model"], catalog, principal)
+    deadline = _deadline(form.fields.get("deadline"), intake)
+    return await intake.from_file(team_id, model_id, stored, "/v1/generate", deadline=deadline, line_format="native")
+
+
+async def _from_json(
+    request: Request, intake: BatchIntake, catalog: CatalogDep, principal: Principal, team_id: str
+) -> BatchRecord:
+    try:
+        body = CreateBatchBody.model_validate_json(await request.body())
+    except ValidationError as exc:
+        raise invalid_request(*describe_validation_errors(exc.errors())) from None
+    file = await intake.files.get_for_team(team_id, body.input_file_id)
+    if file is None:
+        raise ApiError(404, "not_found_error", f"no file {body.input_file_id!r} (POST /v1/files)", "input_file_id")
+    if file.purpose != "batch":
+        raise invalid_request(f"file {file.file_id!r} has purpose {file.purpose!r}; upload with purpose=batch")
+    model_id = _model(await intake.first_model(file), catalog, principal)
+    deadline = _deadline(body.completion_window, intake)
+    return await intake.from_file(team_id, model_id, file, body.endpoint, deadline=deadline, metadata=body.metadata)
+
+
+def _model(model_id: str, catalog: CatalogDep, principal: Principal) -> str:
+    if catalog.get(model_id) is None:
+        raise model_not_found(model_id, catalog.ids())
+    require_model_access(principal, principal.team, model_id)
+    return model_id
+
+
+@router.get("", response_model=BatchList)
+async def list_batches(
+    intake: IntakeDep,
+    principal: PrincipalDep,
+    limit: Annotated[int, Query(ge=1, le=100)] = 20,
+    after: str | None = None,
+) -> BatchList:
+    records = await intake.batches.list_for_team(team_of(principal), limit + 1, after)
+    data = [batch_object(record) for record in records[:limit]]
+    return BatchList(
+        data=data,
+        first_id=data[0].id if data else None,
+        last_id=data[-1].id if data else None,
+        has_more=len(records) > limit,
+    )
+
+
+async def _owned(intake: BatchIntake, principal: Principal, batch_id: str) -> BatchRecord:
+    record = await intake.batches.get_for_team(team_of(principal), batch_id)
+    if record is None:
+        raise batch_not_found(batch_id)
+    return record
+
+
+@router.get("/{batch_id}", response_model=BatchObject, responses=error_responses(404))
+async def get_batch(batch_id: str, intake: IntakeDep, principal: PrincipalDep) -> BatchObject:
+    return batch_object(await _owned(intake, principal, batch_id))
+
+
+@router.post("/{batch_id}/cancel", response_model=BatchObject, responses=error_responses(404))
+async def cancel_batch(batch_id: str, intake: IntakeDep, principal: PrincipalDep) -> BatchObject:
+    """Stop releasing the batch's entries; running ones end, the rest are cancelled (in the
+    errors file). A batch that has already ended is returned as it is."""
+    record = await _owned(intake, principal, batch_id)
+    await intake.batches.transition(
+        batch_id,
+        BatchStatus.CANCELLING,
+        allowed_from=(BatchStatus.IN_PROGRESS, BatchStatus.VALIDATING),
+        stamp="cancelling_at",
+        now=time.time(),
+    )
+    return batch_object(await intake.batches.get(batch_id) or record)
+
+
+@router.get("/{batch_id}/results", response_class=StreamingResponse, responses=error_responses(404))
+async def batch_results(batch_id: str, intake: IntakeDep, principal: PrincipalDep) -> StreamingResponse:
+    """The responses so far, one JSON line per entry: {id, custom_id, line, response, error}."""
+    record = await _owned(intake, principal, batch_id)
+    return _jsonl(_outcome_stream(intake, record, errors=False), f"{batch_id}_results.jsonl")
+
+
+@router.get("/{batch_id}/errors", response_class=StreamingResponse, responses=error_responses(404))
+async def batch_errors(batch_id: str, intake: IntakeDep, principal: PrincipalDep) -> StreamingResponse:
+    """Refused lines, failed and expired entries so far, one JSON line each, with the reason."""
+    record = await _owned(intake, principal, batch_id)
+    return _jsonl(_outcome_stream(intake, record, errors=True), f"{batch_id}_errors.jsonl")
+
+
+def _outcome_stream(intake: BatchIntake, record: BatchRecord, *, errors: bool) -> AsyncIterator[bytes]:
+    if record.status.ended:  # compacted into one file (or none when nothing went there)
+        return intake.read_optional(errors_key(record.batch_id) if errors else results_key(record.batch_id))
+    outcomes = frozenset({Outcome.FAILED, Outcome.EXPIRED} if errors else {Outcome.DONE})
+    return intake.live_results(record.batch_id, outcomes, with_refused=errors)
+
+
+def _jsonl(chunks: AsyncIterator[bytes], filename: str) -> StreamingResponse:
+    headers = {"Content-Disposition": f'attachment; filename="{filename}"'}
+    return StreamingResponse(chunks, media_type=JSONL, headers=headers)

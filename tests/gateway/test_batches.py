@@ -1,0 +1,253 @@
+"""Batches through the gateway app (fake backend) and a dispatcher in the same event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import redis.asyncio as aioredis
+from fastapi import FastAPI
+
+from bulk.blob_store import LocalBlobStore
+from bulk.dispatcher import Dispatcher
+from bulk.gateway_client import GatewaySubmitter
+from bulk.pool_loads import LivePoolLoads
+from quota.capacity import StaticCapacity
+
+from .conftest import FakeBackend
+
+
+@pytest.fixture
+def config_path(config_path: Path) -> Path:
+    """The gateway tests' config with small batch limits."""
+    config_path.write_text(
+        config_path.read_text() + "bulk: {max_requests_per_batch: 50, results_flush_s: 0.05, reclaim_idle_s: 0.3}\n"
+    )
+    return config_path
+
+
+def jsonl(*lines: Any) -> bytes:
+    return b"".join((line if isinstance(line, bytes) else json.dumps(line).encode()) + b"\n" for line in lines)
+
+
+@pytest.fixture
+async def make_dispatcher(
+    app: FastAPI, admin_key: str, redis_url: str, capacity: StaticCapacity
+) -> AsyncIterator[Callable[[str], Dispatcher]]:
+    """`make_dispatcher(name)`: a dispatcher in this event loop, submitting to the app in-process."""
+    services = app.state.services
+    client = aioredis.Redis.from_url(redis_url)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gateway") as http:
+
+        def make(name: str) -> Dispatcher:
+            return Dispatcher(
+                services.config,
+                client,
+                LocalBlobStore(services.config.blob_path),
+                services.catalog,
+                GatewaySubmitter(http, admin_key),
+                LivePoolLoads(capacity, services.admission.store),
+                consumer=name,
+                refresh_s=0.0,  # every step sees cancels and deadlines at once
+            )
+
+        yield make
+    await client.aclose()
+
+
+@pytest.fixture
+def dispatcher(make_dispatcher: Callable[[str], Dispatcher]) -> Dispatcher:
+    return make_dispatcher("test-dispatcher")
+
+
+async def run_until(dispatcher: Dispatcher, done: Callable[[], Awaitable[bool]], timeout_s: float = 10.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not await done():
+        assert loop.time() < deadline, "timed out"
+        await dispatcher.step()
+        await asyncio.sleep(0.01)
+
+
+async def submit(client: httpx.AsyncClient, body: bytes, **fields: str) -> httpx.Response:
+    return await client.post(
+        "/v1/batches", data={"model": "small", **fields}, files={"file": ("in.jsonl", body, "application/jsonl")}
+    )
+
+
+async def test_native_batch_runs_to_completion(
+    client: httpx.AsyncClient, dispatcher: Dispatcher, backend: FakeBackend
+) -> None:
+    body = jsonl(
+        {"prompt": "the quick brown fox", "max_tokens": 3, "custom_id": "a"},
+        b"{not json",
+        {"prompt": "the lazy dog", "max_tokens": 3},
+    )
+    created = await submit(client, body, deadline="1h")
+    assert created.status_code == 202, created.text
+    batch = created.json()
+    assert batch["status"] == "in_progress"
+    assert batch["counts"] == {"total": 3, "done": 0, "failed": 1, "expired": 0, "pending": 2}
+
+    async def ended() -> bool:
+        return (await client.get(f"/v1/batches/{batch['id']}")).json()["status"] == "completed"
+
+    await run_until(dispatcher, ended)
+    final = (await client.get(f"/v1/batches/{batch['id']}")).json()
+    assert final["counts"] == {"total": 3, "done": 2, "failed": 1, "expired": 0, "pending": 0}
+    results = [json.loads(line) for line in (await client.get(final["links"]["results"])).text.splitlines()]
+    assert sorted(r["line"] for r in results) == [1, 3]
+    assert {r["response"]["body"]["text"] for r in results} == {"Hello, world"}
+    assert all(request.request_class == "bulk" for request in backend.requests)
+    errors = [json.loads(line) for line in (await client.get(final["links"]["errors"])).text.splitlines()]
+    assert [(e["line"], e["error"]["code"]) for e in errors] == [(2, "invalid_json")]
+
+
+async def test_another_team_sees_no_batch(
+    client: httpx.AsyncClient, make_key: Callable[[str], str], app: FastAPI
+) -> None:
+    batch = (await submit(client, jsonl({"prompt": "the fox", "max_tokens": 2}))).json()
+    other = {"Authorization": f"Bearer {make_key('beta')}"}
+    for method, suffix in (("GET", ""), ("GET", "/results"), ("GET", "/errors"), ("POST", "/cancel")):
+        reply = await client.request(method, f"/v1/batches/{batch['id']}{suffix}", headers=other)
+        assert reply.status_code == 404, suffix
+    assert (await client.get("/v1/batches", headers=other)).json()["data"] == []
+    assert (await client.get(f"/v1/batches/{batch['id']}")).json()["status"] == "in_progress"
+
+
+@pytest.mark.parametrize(
+    ("body", "fields", "status", "words"),
+    [
+        (b"a,b\n1,2\n", {}, 400, "JSONL"),
+        (jsonl({"prompt": "x"}), {}, 400, "max_tokens is required"),
+        (jsonl({"prompt": "x", "max_tokens": 1}), {"deadline": "25h"}, 400, "24h"),
+        (jsonl({"prompt": "x", "max_tokens": 1}), {"model": "nope"}, 404, "nope"),
+        (jsonl(*[{"prompt": "x", "max_tokens": 1}] * 51), {}, 413, "at most 50 "),
+    ],
+)
+async def test_refused_uploads(
+    client: httpx.AsyncClient, body: bytes, fields: dict[str, str], status: int, words: str
+) -> None:
+    reply = await client.post(
+        "/v1/batches",
+        data={"model": "small", **fields},
+        files={"file": ("in.jsonl", body, "application/jsonl")},
+    )
+    assert reply.status_code == status, reply.text
+    assert words in reply.json()["error"]["message"]
+    assert (await client.get("/v1/batches")).json()["data"] == []
+
+
+async def test_fields_after_the_file_still_make_a_batch(client: httpx.AsyncClient) -> None:
+    boundary = "sy-boundary"
+    body = (
+        f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="late.jsonl"\r\n\r\n'
+        '{"prompt": "the fox", "max_tokens": 2}\n'
+        f'\r\n--{boundary}\r\nContent-Disposition: form-data; name="model"\r\n\r\nsmall'
+        f"\r\n--{boundary}--\r\n"
+    ).encode()
+    reply = await client.post(
+        "/v1/batches", content=body, headers={"Content-Type": f"multipart/form-data; boundary={boundary}"}
+    )
+    assert reply.status_code == 202, reply.text
+    assert reply.json()["counts"]["total"] == 1 and reply.json()["filename"] == "late.jsonl"
+
+
+async def test_cancel_lets_running_entries_end_and_cancels_the_rest(
+    client: httpx.AsyncClient, dispatcher: Dispatcher, backend: FakeBackend
+) -> None:
+    backend.hold_after = 1
+    batch = (await submit(client, jsonl(*[{"prompt": f"fox {i}", "max_tokens": 3} for i in range(40)]))).json()
+
+    async def running() -> bool:
+        return len(backend.requests) >= 3
+
+    await run_until(dispatcher, running)
+    cancelling = (await client.post(f"/v1/batches/{batch['id']}/cancel")).json()
+    assert cancelling["status"] == "cancelling" and cancelling["cancelling_at"] is not None
+    await dispatcher.step()  # sees the cancel
+    running_at_cancel = len(backend.requests)
+    assert 3 <= running_at_cancel < 40
+    backend.resume.set()  # the running entries go on to their end
+
+    async def ended() -> bool:
+        return (await client.get(f"/v1/batches/{batch['id']}")).json()["status"] == "cancelled"
+
+    await run_until(dispatcher, ended)
+    final = (await client.get(f"/v1/batches/{batch['id']}")).json()
+    assert len(backend.requests) == running_at_cancel  # none started after
+    assert final["counts"]["done"] == running_at_cancel  # none cut
+    assert final["counts"]["failed"] == 40 - running_at_cancel and final["counts"]["pending"] == 0
+    errors = (await client.get(final["links"]["errors"])).text.splitlines()
+    assert {json.loads(e)["error"]["code"] for e in errors} == {"batch_cancelled"}
+    assert final["cancelled_at"] is not None and final["output_file_id"] is not None
+
+
+async def test_an_entry_whose_server_fails_is_retried_then_failed_with_the_reason(
+    client: httpx.AsyncClient, dispatcher: Dispatcher, backend: FakeBackend
+) -> None:
+    backend.error_after = 1  # every attempt fails after its first delta: a broken stream
+    batch = (await submit(client, jsonl({"prompt": "the fox", "max_tokens": 3, "custom_id": "x"}))).json()
+
+    async def ended() -> bool:
+        return (await client.get(f"/v1/batches/{batch['id']}")).json()["status"] == "completed"
+
+    await run_until(dispatcher, ended)
+    assert len(backend.requests) == 3  # bulk.max_attempts
+    assert len({request.request_id for request in backend.requests}) == 3
+    (error,) = [json.loads(line) for line in (await client.get(f"/v1/batches/{batch['id']}/errors")).text.splitlines()]
+    assert error["custom_id"] == "x" and error["response"] is None
+    assert error["error"]["message"].startswith("failed after 3 attempts: ")
+
+
+async def test_expiry_keeps_finished_results(
+    client: httpx.AsyncClient, dispatcher: Dispatcher, backend: FakeBackend
+) -> None:
+    backend.hold_after = 1
+    batch = (
+        await submit(client, jsonl(*[{"prompt": f"fox {i}", "max_tokens": 3} for i in range(5)]), deadline="1s")
+    ).json()
+    await run_until(dispatcher, lambda: _status_is(client, batch["id"], "expired"), timeout_s=15)
+    final = (await client.get(f"/v1/batches/{batch['id']}")).json()
+    assert final["counts"] == {"total": 5, "done": 0, "failed": 0, "expired": 5, "pending": 0}
+    assert dispatcher.inflight() == 0  # the running entries were stopped (over HTTP: hung up on)
+    errors = [json.loads(e) for e in (await client.get(final["links"]["errors"])).text.splitlines()]
+    assert sorted(e["line"] for e in errors) == [1, 2, 3, 4, 5]
+
+
+async def _status_is(client: httpx.AsyncClient, batch_id: str, status: str) -> bool:
+    return bool((await client.get(f"/v1/batches/{batch_id}")).json()["status"] == status)
+
+
+async def test_a_dead_dispatchers_entries_are_taken_over_and_recorded_once(
+    client: httpx.AsyncClient, make_dispatcher: Callable[[str], Dispatcher], backend: FakeBackend
+) -> None:
+    backend.hold_after = 1
+    batch = (await submit(client, jsonl(*[{"prompt": f"fox {i}", "max_tokens": 3} for i in range(10)]))).json()
+    first, second = make_dispatcher("first"), make_dispatcher("second")
+
+    async def first_holds_all() -> bool:
+        return len(backend.requests) == 10
+
+    await run_until(first, first_holds_all)  # then `first` stops stepping: as good as dead
+
+    async def second_took_over() -> bool:
+        return len(backend.requests) == 20
+
+    await run_until(second, second_took_over)  # its chunks went idle: reclaimed and run again
+    backend.resume.set()  # both copies of every entry now finish
+
+    async def ended() -> bool:
+        await first.step()  # the slow one comes back: its results are duplicates
+        return await _status_is(client, batch["id"], "completed")
+
+    await run_until(second, ended)
+    final = (await client.get(f"/v1/batches/{batch['id']}")).json()
+    assert final["counts"] == {"total": 10, "done": 10, "failed": 0, "expired": 0, "pending": 0}
+    results = [json.loads(line) for line in (await client.get(final["links"]["results"])).text.splitlines()]
+    assert sorted(r["line"] for r in results) == list(range(1, 11))
