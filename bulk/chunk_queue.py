@@ -68,16 +68,27 @@ class ChunkQueue:
         return [_queued(batch_id, message_id, fields) for message_id, fields in reply[0][1] if fields]
 
     async def reclaim(self, batch_id: str, min_idle_s: float, count: int = 16) -> list[QueuedChunk]:
-        """Chunks another dispatcher took and has not touched for `min_idle_s`: now this one's."""
-        try:
-            reply: Any = await self._redis.xautoclaim(
-                chunks_key(batch_id), GROUP, self.consumer, int(min_idle_s * 1000), start_id="0-0", count=count
-            )
-        except ResponseError as exc:
-            if "NOGROUP" in str(exc):
-                return []
-            raise
-        return [_queued(batch_id, message_id, fields) for message_id, fields in reply[1] if fields]
+        """Chunks another dispatcher took and has not touched for `min_idle_s`: now this one's.
+
+        XAUTOCLAIM looks at a bounded slice of the pending list per call, so this follows its
+        cursor through the whole list (chunks kept fresh by live dispatchers are skipped)."""
+        claimed: list[QueuedChunk] = []
+        cursor: Any = "0-0"
+        while len(claimed) < count:
+            try:
+                reply: Any = await self._redis.xautoclaim(
+                    chunks_key(batch_id), GROUP, self.consumer, int(min_idle_s * 1000),
+                    start_id=cursor, count=count - len(claimed),
+                )  # fmt: skip
+            except ResponseError as exc:
+                if "NOGROUP" in str(exc):
+                    return claimed
+                raise
+            claimed += [_queued(batch_id, message_id, fields) for message_id, fields in reply[1] if fields]
+            cursor = reply[0]
+            if _text(cursor) == "0-0":
+                break
+        return claimed
 
     async def touch(self, batch_id: str, message_ids: Sequence[str]) -> None:
         """Reset the idle time of chunks this dispatcher still works on (it is alive)."""

@@ -38,6 +38,7 @@ from bulk.finalizer import Finalizer
 from bulk.gateway_client import Submission, Verdict
 from bulk.ingest import split_lines
 from bulk.intake import make_validator
+from bulk.metrics import DispatcherMetrics
 from bulk.pool_loads import PoolLoadSource
 from bulk.release_policy import Candidate, DeadlineRisk, ReleaseOrder, RoomPolicy
 from bulk.results import EntryResult, Outcome, ResultStore, output_record
@@ -68,6 +69,7 @@ class Dispatcher:
         consumer: str,
         clock: Callable[[], float] = time.time,
         refresh_s: float = 1.0,
+        metrics: DispatcherMetrics | None = None,
     ) -> None:
         """`refresh_s`: how often batches are re-read from Redis (a cancel or a new batch is
         seen within it)."""
@@ -80,6 +82,7 @@ class Dispatcher:
         self._loads = loads
         self._clock = clock
         self._refresh_s = refresh_s
+        self.metrics = metrics if metrics is not None else DispatcherMetrics()
         self.batches = BatchStore(client)
         self.queue = ChunkQueue(client, consumer)
         self.results = ResultStore(client, blobs)
@@ -149,9 +152,21 @@ class Dispatcher:
                 await self._sweep(work, Outcome.FAILED, now)
             else:
                 await self._flag_risk(work, now)
+        self._observe_backlog()
         if now >= self._next_keepalive:
             self._next_keepalive = now + self._bulk.reclaim_idle_s / 3
             await self._keep_chunks()
+
+    def _observe_backlog(self) -> None:
+        pending: dict[str, int] = dict.fromkeys(self._config.teams, 0)
+        at_risk: dict[str, int] = dict.fromkeys(self._config.teams, 0)
+        for work in self._work.values():
+            team = work.record.team_id
+            pending[team] = pending.get(team, 0) + work.record.pending
+            at_risk[team] = at_risk.get(team, 0) + int(work.record.at_risk)
+        for team, count in pending.items():
+            self.metrics.pending.labels(team).set(count)
+            self.metrics.at_risk.labels(team).set(at_risk[team])
 
     async def _flag_risk(self, work: BatchWork, now: float) -> None:
         record = work.record
@@ -230,6 +245,7 @@ class Dispatcher:
         tokens = sum(cost for work in works for cost in work.inflight_costs.values())
         requests = sum(len(work.inflight) for work in works)
         room = self._room.room_tokens(await self._loads.pool_load(pool_id, tokens, requests))
+        self.metrics.room_tokens.labels(pool_id).set(room)
         while room > 0 and requests < self._bulk.max_inflight_per_pool:
             # Every batch with an entry ready is a candidate, fitting or not: the order resets
             # the credit of teams left out, and a team of long entries must build it up.
@@ -248,6 +264,7 @@ class Dispatcher:
                 await self.batches.mark_started(work.batch_id, self._clock())
             ready = work.ready.popleft()
             self._launch(work, ready)
+            self.metrics.released.labels(pool_id, work.record.team_id).inc()
             room -= ready.entry.cost_tokens
             requests += 1
             await self._fill(work)
@@ -270,6 +287,7 @@ class Dispatcher:
 
     def _launch(self, work: BatchWork, ready: ReadyEntry) -> None:
         line = ready.entry.line
+        self.metrics.inflight.labels(self._pool_of(work.record)).inc()
         work.inflight[line] = asyncio.create_task(self._run_entry(work, ready), name=f"bulk-{work.batch_id}-{line}")
         work.inflight_costs[line] = ready.entry.cost_tokens
 
@@ -281,6 +299,7 @@ class Dispatcher:
         finally:
             work.inflight.pop(entry.line, None)
             work.inflight_costs.pop(entry.line, None)
+            self.metrics.inflight.labels(self._pool_of(work.record)).dec()
             self._wake.set()
 
     def _settle_entry(self, work: BatchWork, ready: ReadyEntry, submission: Submission) -> None:
@@ -290,6 +309,7 @@ class Dispatcher:
             work.ready.appendleft(ready)
             pool_id = self._pool_of(work.record)
             self._paused_until[pool_id] = self._clock() + submission.retry_after_s
+            self.metrics.deferred.labels(pool_id).inc()
             return
         if verdict is Verdict.RETRY and ready.attempt + 1 < self._bulk.max_attempts:
             logger.info(
@@ -324,6 +344,9 @@ class Dispatcher:
         except Exception:
             work.results[:0] = results  # written next time; nothing was marked
             raise
+        for result in results:
+            if result.line in marked.lines:
+                self.metrics.entries.labels(work.record.team_id, result.outcome.value).inc()
         for message_id in work.settle(result.line for result in results):
             await self.queue.ack(work.batch_id, message_id)
         if marked.finalizing:

@@ -25,14 +25,6 @@ logger = logging.getLogger(__name__)
 _LOCK_TTL_S = 600
 
 
-def output_file_id(batch_id: str) -> str:
-    return f"file-{batch_id.removeprefix('batch_')}-output"
-
-
-def error_file_id(batch_id: str) -> str:
-    return f"file-{batch_id.removeprefix('batch_')}-errors"
-
-
 class Finalizer:
     def __init__(
         self,
@@ -63,18 +55,17 @@ class Finalizer:
                 batch_id, self._blobs.open_writer(results_key(batch_id)), self._blobs.open_writer(errors_key(batch_id))
             )
             fields: dict[str, str | float | int] = {}
-            if results_size:
-                output = await self._files.create(
-                    record.team_id, "batch_output", f"{batch_id}_output.jsonl", results_size,
-                    results_key(batch_id), file_id=output_file_id(batch_id), now=now,
-                )  # fmt: skip
-                fields["output_file_id"] = output.file_id
-            if errors_size:
-                errors = await self._files.create(
-                    record.team_id, "batch_output", f"{batch_id}_errors.jsonl", errors_size,
-                    errors_key(batch_id), file_id=error_file_id(batch_id), now=now,
-                )  # fmt: skip
-                fields["error_file_id"] = errors.file_id
+            outputs = (
+                ("output_file_id", "output", results_size, results_key(batch_id)),
+                ("error_file_id", "errors", errors_size, errors_key(batch_id)),
+            )
+            for field, kind, size, key in outputs:
+                if size:  # OpenAI leaves the id null when the file would be empty
+                    file_id = f"file-{batch_id.removeprefix('batch_')}-{kind}"
+                    await self._files.create(
+                        record.team_id, "batch_output", f"{batch_id}_{kind}.jsonl", size, key, file_id=file_id, now=now
+                    )
+                    fields[field] = file_id
             if fields:
                 await self._batches.set_fields(batch_id, **fields)
             final = _final_status(record)

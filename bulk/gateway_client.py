@@ -80,8 +80,14 @@ class GatewaySubmitter:
 def _verdict(reply: httpx.Response, request_id: str) -> Submission:
     status = reply.status_code
     if status == 200:
-        response = {"status_code": 200, "request_id": request_id, "body": reply.json()}
-        return Submission(Verdict.DONE, request_id, response=response)
+        try:
+            body = reply.json()
+        except ValueError:  # not the gateway's answer (a proxy's page, say): try again
+            error = {"code": "invalid_response", "message": f"HTTP 200 without a JSON body: {reply.text[:200]!r}"}
+            return Submission(Verdict.RETRY, request_id, error=error)
+        return Submission(
+            Verdict.DONE, request_id, response={"status_code": 200, "request_id": request_id, "body": body}
+        )
     error = _error_of(reply)
     if status in (429, 503):
         retry_after = reply.headers.get("Retry-After")
@@ -93,10 +99,13 @@ def _verdict(reply: httpx.Response, request_id: str) -> Submission:
 
 
 def _error_of(reply: httpx.Response) -> dict[str, Any]:
+    """The gateway's `{"error": {type, message}}`, or what can be said of another body."""
     try:
-        payload = reply.json().get("error", {})
+        body = reply.json()
     except ValueError:
-        payload = {}
+        body = None
+    error = body.get("error") if isinstance(body, dict) else None
+    payload: dict[str, Any] = error if isinstance(error, dict) else {}
     return {
         "code": payload.get("type") or f"http_{reply.status_code}",
         "message": payload.get("message") or reply.text[:500] or f"HTTP {reply.status_code}",

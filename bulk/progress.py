@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import math
 
+from bulk.deadlines import format_duration
+
 DONE_GLYPH = "█"
 FAILED_GLYPH = "▒"  # failed or expired: finished, without a result
 PENDING_GLYPH = "░"
@@ -41,15 +43,8 @@ def progress_bar(done: int, failed: int, expired: int, total: int, width: int = 
 
 
 def eta_text(eta_s: float | None) -> str:
-    """A short time to go: `42s`, `3m 10s`, `1h 05m` (seconds dropped once hours show), or `–`
+    """A short time to go (`42s`, `3m 10s`, `1h 05m`, `1d 02h`: `format_duration`), or `–`
     when there is no estimate. Rounded up, so `0s` only when nothing is left."""
     if eta_s is None or not math.isfinite(eta_s):
         return UNKNOWN_ETA
-    seconds = max(0, math.ceil(eta_s))
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    if hours:
-        return f"{hours}h {minutes:02d}m"
-    if minutes:
-        return f"{minutes}m {secs:02d}s"
-    return f"{secs}s"
+    return format_duration(eta_s)

@@ -19,10 +19,12 @@ import uuid
 
 import httpx
 import redis.asyncio as aioredis
+from prometheus_client import start_http_server
 
 from bulk.blob_store import LocalBlobStore
 from bulk.dispatcher import Dispatcher
 from bulk.gateway_client import GatewaySubmitter
+from bulk.metrics import DispatcherMetrics
 from bulk.pool_loads import LivePoolLoads
 from gateway.catalog import ModelCatalog
 from quota.admission import Admission
@@ -61,6 +63,12 @@ async def serve_dispatcher(config: SwitchyardConfig, gateway_url: str | None = N
         await monitor.refresh()
         polling = asyncio.create_task(monitor.run(), name="capacity-monitor")
         leases = Admission(config, client, monitor).store
+        metrics = DispatcherMetrics()
+        if config.bulk.metrics_port:
+            try:
+                start_http_server(config.bulk.metrics_port, addr=config.gateway.host, registry=metrics.registry)
+            except OSError as exc:  # another dispatcher on this host has it: run on, unobserved
+                logger.error("dispatcher metrics not served on port %d: %s", config.bulk.metrics_port, exc)
         dispatcher = Dispatcher(
             config,
             client,
@@ -69,6 +77,7 @@ async def serve_dispatcher(config: SwitchyardConfig, gateway_url: str | None = N
             GatewaySubmitter(gateway, admin_key(config)),
             LivePoolLoads(monitor, leases),
             consumer=consumer,
+            metrics=metrics,
         )
         logger.info("dispatcher started", extra={"consumer": consumer, "gateway": url})
         try:

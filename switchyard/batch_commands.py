@@ -88,7 +88,8 @@ def _follow(client: httpx.Client, batch_id: str, interval_s: float) -> int:
         line = progress_line(batch)
         print(f"\r{line}" if tty else line, end="" if tty else "\n", flush=True)
         if batch["status"] in _ENDED:
-            print()
+            if tty:
+                print()
             print(f"results: {batch['links']['results']}   errors: {batch['links']['errors']}")
             return 0 if batch["status"] == "completed" else 1
         time.sleep(interval_s)

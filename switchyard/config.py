@@ -132,6 +132,7 @@ class BulkSpec(_Strict):
     max_attempts: Annotated[int, Field(ge=1)] = 3  # server failures before an entry is failed
     reclaim_idle_s: Annotated[float, Field(gt=0)] = 30.0  # a dead dispatcher's entries go to another after this
     results_flush_s: Annotated[float, Field(gt=0)] = 1.0  # how often results are written out
+    metrics_port: Annotated[int, Field(ge=0, le=65535)] = 8009  # the dispatcher's /metrics; 0: none
 
 
 class GatewaySpec(_Strict):

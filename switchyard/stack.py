@@ -177,7 +177,9 @@ def ready_message(stack: Stack, model_id: str) -> str:
         f"{stack.config.var_path / 'logs'}\n\n"
         f"  curl -N {url}/v1/generate \\\n    {headers} \\\n"
         f'    -d \'{{"model": "{model_id}", "prompt": "Hello there", "max_tokens": 32, '
-        f'"stream": true}}\'\n\n{keys}.\nCtrl-C stops everything.\n'
+        f'"stream": true}}\'\n\n'
+        f"  Batches: switchyard batches submit FILE.jsonl --model {model_id} --deadline 6h  (docs/batches.md)\n\n"
+        f"{keys}.\nCtrl-C stops everything.\n"
     )
 
 
@@ -200,7 +202,7 @@ def run_stack(config: SwitchyardConfig, gateway_port: int | None = None) -> int:
 def _serve_until_stopped(stack: Stack, stop: threading.Event) -> int:
     config = stack.config
     try:
-        print(f"starting redis, triton ({', '.join(stack.pool_ids)}) and the gateway ...", flush=True)
+        print(f"starting redis, triton ({', '.join(stack.pool_ids)}), the gateway and the dispatcher ...", flush=True)
         stack.start()
         print(ready_message(stack, config.pools[stack.pool_ids[0]].model_id), flush=True)
         while not stop.wait(1.0):

@@ -9,9 +9,11 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -19,7 +21,8 @@ import openai
 import pytest
 
 from quota.key_files import ADMIN_KEY_ENV
-from switchyard.config import dump_config
+from switchyard.config import SwitchyardConfig, dump_config
+from switchyard.ports import free_ports
 from switchyard.process import ManagedProcess, wait_until
 
 from .conftest import LiveGateway
@@ -41,10 +44,20 @@ def native_lines(prompts: list[str], max_tokens: int, **extra: Any) -> list[dict
 
 
 @pytest.fixture
-def start_dispatcher(live_gateway: LiveGateway) -> Iterator[Callable[[], ManagedProcess]]:
+def dispatcher_config(live_gateway: LiveGateway) -> SwitchyardConfig:
+    """The gateway's config, with a quick reclaim and flush and a free metrics port."""
+    bulk = live_gateway.config.bulk.model_copy(
+        update={"reclaim_idle_s": 2.0, "results_flush_s": 0.2, "metrics_port": free_ports(1)[0]}
+    )
+    return live_gateway.config.model_copy(update={"bulk": bulk})
+
+
+@pytest.fixture
+def start_dispatcher(
+    live_gateway: LiveGateway, dispatcher_config: SwitchyardConfig
+) -> Iterator[Callable[[], ManagedProcess]]:
     """Start a dispatcher process (each call another one); all are stopped at the end."""
-    bulk = live_gateway.config.bulk.model_copy(update={"reclaim_idle_s": 2.0, "results_flush_s": 0.2})
-    config = live_gateway.config.model_copy(update={"bulk": bulk})
+    config = dispatcher_config
     path = dump_config(config, config.var_path / "run" / "dispatcher-e2e.yaml")
     env = {
         **os.environ,
@@ -55,6 +68,7 @@ def start_dispatcher(live_gateway: LiveGateway) -> Iterator[Callable[[], Managed
     started: list[ManagedProcess] = []
 
     def start() -> ManagedProcess:
+        """One dispatcher at a time serves metrics on `bulk.metrics_port` (the first one)."""
         log = config.var_path / "logs" / f"dispatcher-{len(started)}.log"
         process = ManagedProcess("dispatcher", [sys.executable, "-m", "bulk"], log, env=env)
         process.start()
@@ -117,7 +131,7 @@ def direct_text(http: httpx.Client, prompt: str, max_tokens: int) -> str:
 
 
 def test_batch_results_match_direct_requests(
-    http: httpx.Client, start_dispatcher: Callable[[], ManagedProcess], live_gateway: LiveGateway
+    http: httpx.Client, start_dispatcher: Callable[[], ManagedProcess], dispatcher_config: SwitchyardConfig
 ) -> None:
     start_dispatcher()
     batch = submit(http, jsonl([*native_lines(PROMPTS, 8), b"{broken", {"prompt": "no max tokens"}]))
@@ -133,6 +147,8 @@ def test_batch_results_match_direct_requests(
     assert [(e["line"], e["error"]["code"]) for e in errors] == [(13, "invalid_json"), (14, "invalid_request")]
     bulk_usage = [row for row in http.get("/v1/usage").json()["data"] if row["class"] == "bulk"]
     assert bulk_usage and bulk_usage[0]["requests"] >= 12 and bulk_usage[0]["team"] == "e2e"  # metered as bulk
+    metrics = httpx.get(f"http://127.0.0.1:{dispatcher_config.bulk.metrics_port}/metrics").text
+    assert 'switchyard_bulk_entries_total{outcome="done",team="e2e"} 12.0' in metrics
 
 
 def test_openai_sdk_batch_end_to_end(
@@ -227,3 +243,30 @@ def test_refused_files_and_other_teams(http: httpx.Client, live_gateway: LiveGat
         assert reply.status_code == 404, (path, reply.text)
     assert batch["id"] not in [b["id"] for b in http.get("/v1/batches", headers=other).json()["data"]]
     assert http.get(f"/v1/batches/{batch['id']}").json()["status"] != "cancelling"
+
+
+def test_switchyard_batches_submits_and_follows_progress(
+    live_gateway: LiveGateway, start_dispatcher: Callable[[], ManagedProcess], tmp_path: Path
+) -> None:
+    start_dispatcher()
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(jsonl(native_lines([f"cli {i}" for i in range(6)], 4)))
+    config = dump_config(live_gateway.config, tmp_path / "switchyard.yaml")
+    cli = [sys.executable, "-m", "switchyard.cli", "--config", str(config), "batches"]
+    auth = ["--url", live_gateway.url, "--key", live_gateway.api_key]
+    submitted = subprocess.run(
+        [*cli, "submit", str(path), "--model", "tiny", "--deadline", "1h", "--interval", "0.2", *auth],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert submitted.returncode == 0, submitted.stderr
+    lines = submitted.stdout.splitlines()
+    assert lines[0].startswith("batch batch_") and "6 requests, 0 refused lines" in lines[0]
+    batch_id = lines[0].split()[1].rstrip(":")
+    assert "completed" in lines[-2] and "100%" in lines[-2] and "done 6" in lines[-2]
+    assert lines[-1] == f"results: /v1/batches/{batch_id}/results   errors: /v1/batches/{batch_id}/errors"
+    listed = subprocess.run([*cli, *auth], capture_output=True, text=True, timeout=60, check=True).stdout
+    assert any(line.startswith(batch_id) and "completed" in line for line in listed.splitlines())
+    results = subprocess.run(
+        [*cli, "results", batch_id, *auth], capture_output=True, text=True, timeout=60, check=True
+    ).stdout
+    assert sorted(json.loads(line)["custom_id"] for line in results.splitlines()) == [f"c{i}" for i in range(6)]
