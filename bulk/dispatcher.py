@@ -92,7 +92,9 @@ class Dispatcher:
         self._orders = {pool_id: ReleaseOrder(weights) for pool_id in config.pools}  # fairness per pool
         self._risk = DeadlineRisk()
         self._work: dict[str, BatchWork] = {}
-        self._paused_until: dict[str, float] = {}
+        # No room for a while: (pool, None) when the pool is full (503), (pool, team) when the
+        # team is at its share or a limit (429), so one team's daily limit holds no one else.
+        self._paused_until: dict[tuple[str, str | None], float] = {}
         self._segments = 0
         self._next_refresh = 0.0
         self._next_keepalive = 0.0
@@ -135,27 +137,33 @@ class Dispatcher:
         for batch_id in set(self._work) - set(active):
             self._drop(batch_id)
         for batch_id in active:
-            record = await self.batches.get(batch_id)
-            if record is None:
-                continue
-            if record.status is BatchStatus.FINALIZING:
-                await self._finalize(batch_id, now)
-                continue
-            work = self._work.get(batch_id)
-            if work is None:
-                work = self._work[batch_id] = BatchWork(record, self._validator(record))
-            work.record = record
-            work.queue_empty = False
-            if now >= record.deadline:
-                await self._sweep(work, Outcome.EXPIRED, now)
-            elif record.status is BatchStatus.CANCELLING:
-                await self._sweep(work, Outcome.FAILED, now)
-            else:
-                await self._flag_risk(work, now)
+            try:
+                await self._refresh_batch(batch_id, now)
+            except Exception:  # one broken batch (its model gone from the config, say) holds no other
+                logger.exception("batch refresh failed", extra={"batch_id": batch_id})
         self._observe_backlog()
         if now >= self._next_keepalive:
             self._next_keepalive = now + self._bulk.reclaim_idle_s / 3
             await self._keep_chunks()
+
+    async def _refresh_batch(self, batch_id: str, now: float) -> None:
+        record = await self.batches.get(batch_id)
+        if record is None:
+            return
+        if record.status is BatchStatus.FINALIZING:
+            await self._finalize(batch_id, now)
+            return
+        work = self._work.get(batch_id)
+        if work is None:
+            work = self._work[batch_id] = BatchWork(record, self._validator(record))
+        work.record = record
+        work.queue_empty = False
+        if now >= record.deadline:
+            await self._sweep(work, Outcome.EXPIRED, now)
+        elif record.status is BatchStatus.CANCELLING:
+            await self._sweep(work, Outcome.FAILED, now)
+        else:
+            await self._flag_risk(work, now)
 
     def _observe_backlog(self) -> None:
         pending: dict[str, int] = dict.fromkeys(self._config.teams, 0)
@@ -233,11 +241,14 @@ class Dispatcher:
             if work.record.status is BatchStatus.IN_PROGRESS and now < work.record.deadline:
                 by_pool.setdefault(self._pool_of(work.record), []).append(work)
         for pool_id, works in by_pool.items():
-            if self._paused_until.get(pool_id, 0.0) > now:
-                continue
             await self._release_in_pool(pool_id, works)
 
+    def _paused(self, pool_id: str, team_id: str | None) -> bool:
+        return self._paused_until.get((pool_id, team_id), 0.0) > self._clock()
+
     async def _release_in_pool(self, pool_id: str, works: list[BatchWork]) -> None:
+        if self._paused(pool_id, None):
+            return
         for work in works:
             await self._fill(work)
         if not any(work.ready for work in works):
@@ -246,13 +257,14 @@ class Dispatcher:
         requests = sum(len(work.inflight) for work in works)
         room = self._room.room_tokens(await self._loads.pool_load(pool_id, tokens, requests))
         self.metrics.room_tokens.labels(pool_id).set(room)
-        while room > 0 and requests < self._bulk.max_inflight_per_pool:
+        while room > 0 and requests < self._bulk.max_inflight_per_pool and not self._paused(pool_id, None):
             # Every batch with an entry ready is a candidate, fitting or not: the order resets
-            # the credit of teams left out, and a team of long entries must build it up.
+            # the credit of teams left out, and a team of long entries must build it up. A team
+            # held back by a 429 sits out until its Retry-After.
             candidates = [
                 Candidate(w.batch_id, w.record.team_id, w.record.deadline, w.record.created_at, cost, w.record.at_risk)
                 for w in works
-                if (cost := w.head_cost()) is not None
+                if (cost := w.head_cost()) is not None and not self._paused(pool_id, w.record.team_id)
             ]
             chosen = self._orders[pool_id].peek(candidates)
             if chosen is None or (chosen.head_cost > room and requests > 0):
@@ -308,7 +320,8 @@ class Dispatcher:
         if verdict is Verdict.LATER:  # no room after all: not an attempt
             work.ready.appendleft(ready)
             pool_id = self._pool_of(work.record)
-            self._paused_until[pool_id] = self._clock() + submission.retry_after_s
+            team_id = work.record.team_id if (submission.error or {}).get("status_code") == 429 else None
+            self._paused_until[(pool_id, team_id)] = self._clock() + submission.retry_after_s
             self.metrics.deferred.labels(pool_id).inc()
             return
         if verdict is Verdict.RETRY and ready.attempt + 1 < self._bulk.max_attempts:

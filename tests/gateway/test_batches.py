@@ -13,9 +13,10 @@ import pytest
 import redis.asyncio as aioredis
 from fastapi import FastAPI
 
+from bulk.batch_lines import BatchEntry
 from bulk.blob_store import LocalBlobStore
 from bulk.dispatcher import Dispatcher
-from bulk.gateway_client import GatewaySubmitter
+from bulk.gateway_client import GatewaySubmitter, Submission, Verdict
 from bulk.pool_loads import LivePoolLoads
 from quota.capacity import StaticCapacity
 
@@ -251,3 +252,56 @@ async def test_a_dead_dispatchers_entries_are_taken_over_and_recorded_once(
     assert final["counts"] == {"total": 10, "done": 10, "failed": 0, "expired": 0, "pending": 0}
     results = [json.loads(line) for line in (await client.get(final["links"]["results"])).text.splitlines()]
     assert sorted(r["line"] for r in results) == list(range(1, 11))
+
+
+async def test_a_team_held_at_its_limit_holds_no_other_team(
+    client: httpx.AsyncClient,
+    make_key: Callable[[str], str],
+    app: FastAPI,
+    redis_url: str,
+    capacity: StaticCapacity,
+    admin_key: str,
+) -> None:
+    """alpha's entries come back 429 (its daily tokens spent, say): only alpha waits."""
+    beta = {"Authorization": f"Bearer {make_key('beta')}"}
+    alpha_batch = (await submit(client, jsonl({"prompt": "alpha fox", "max_tokens": 2}))).json()
+    beta_batch = (
+        await client.post(
+            "/v1/batches",
+            data={"model": "small"},
+            files={"file": ("in.jsonl", jsonl({"prompt": "beta fox", "max_tokens": 2}), "application/jsonl")},
+            headers=beta,
+        )
+    ).json()
+    services = app.state.services
+    asked: list[str] = []
+
+    class AlphaAtItsLimit:
+        def __init__(self, inner: GatewaySubmitter) -> None:
+            self.inner = inner
+
+        async def submit(self, team_id: str, batch_id: str, entry: BatchEntry, attempt: int) -> Submission:
+            asked.append(team_id)
+            if team_id == "alpha":
+                error = {"code": "rate_limit_error", "message": "daily tokens spent", "status_code": 429}
+                return Submission(Verdict.LATER, "x", error=error, retry_after_s=3600)
+            return await self.inner.submit(team_id, batch_id, entry, attempt)
+
+    redis_client = aioredis.Redis.from_url(redis_url)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gateway") as http:
+        dispatcher = Dispatcher(
+            services.config, redis_client, LocalBlobStore(services.config.blob_path), services.catalog,
+            AlphaAtItsLimit(GatewaySubmitter(http, admin_key)), LivePoolLoads(capacity, services.admission.store),
+            consumer="limits", refresh_s=0.0,
+        )  # fmt: skip
+
+        async def beta_done() -> bool:
+            reply = await client.get(f"/v1/batches/{beta_batch['id']}", headers=beta)
+            return bool(reply.json()["status"] == "completed")
+
+        await run_until(dispatcher, beta_done)
+        for _ in range(20):
+            await dispatcher.step()
+    await redis_client.aclose()
+    assert asked.count("alpha") == 1  # asked once, then held for its Retry-After
+    assert (await client.get(f"/v1/batches/{alpha_batch['id']}")).json()["counts"]["pending"] == 1

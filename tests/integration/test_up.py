@@ -1,5 +1,5 @@
 """`switchyard up` as a person runs it: everything starts, the printed curl works, Ctrl-C
-stops every process it started (no orphaned tritonserver, stub, gateway or redis-server)."""
+stops every process it started (no orphaned tritonserver, stub, gateway, dispatcher or redis-server)."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def _descendants(pid: int) -> set[int]:
 
 def test_up_serves_and_ctrl_c_leaves_nothing_behind(triton_pool, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     base = triton_pool.config
-    http, grpc, metrics, gateway_port, redis_port = free_ports(5)
+    http, grpc, metrics, gateway_port, redis_port, bulk_metrics = free_ports(6)
     pool = base.pools[triton_pool.pool_id].model_copy(update={"ports": Ports(http=http, grpc=grpc, metrics=metrics)})
     config = base.model_copy(
         update={
@@ -48,6 +48,7 @@ def test_up_serves_and_ctrl_c_leaves_nothing_behind(triton_pool, tmp_path: Path)
             "gateway": base.gateway.model_copy(update={"port": gateway_port}),
             "redis": base.redis.model_copy(update={"port": redis_port}),
             "teams": {"dev": TeamSpec()},
+            "bulk": base.bulk.model_copy(update={"metrics_port": bulk_metrics}),
         }
     )
     config_path = dump_config(config, tmp_path / "switchyard.yaml")
@@ -72,7 +73,8 @@ def test_up_serves_and_ctrl_c_leaves_nothing_behind(triton_pool, tmp_path: Path)
         assert "Switchyard is up" in output, output
         assert "curl -N" in output
         children = _descendants(up.pid)
-        assert len(children) >= 3  # redis-server, tritonserver (+ stubs), gateway
+        assert len(children) >= 4  # redis-server, tritonserver (+ stubs), gateway, dispatcher
+        assert any(_cmdline(pid).endswith("-m bulk") for pid in children), "no bulk dispatcher running"
 
         url = f"http://127.0.0.1:{config.gateway.port}"
         assert "Authorization: Bearer $(cat" in output  # the printed curl carries the dev key
@@ -93,6 +95,13 @@ def test_up_serves_and_ctrl_c_leaves_nothing_behind(triton_pool, tmp_path: Path)
         if up.poll() is None:
             up.kill()
             up.wait()
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return (Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+    except OSError:
+        return ""
 
 
 def _pid_alive(pid: int) -> bool:
