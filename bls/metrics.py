@@ -2,6 +2,7 @@
 
     nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="max|free|used|tokens_per|reused"}
     nv_trt_llm_request_metrics{request_type="active|max|scheduled|context|waiting"}
+    switchyard_engine_requests{request_class="interactive|bulk"}     (Switchyard's own)
 
 Triton serves them on its metrics port next to its own `nv_inference_*` metrics. The Triton
 side goes through `pb_utils.MetricFamily`, passed in, so tests use a fake.
@@ -13,12 +14,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from engine.stats import KV_CACHE_BLOCK_METRIC, REQUEST_METRIC, EngineStats
+from engine.stats import CLASS_METRIC, KV_CACHE_BLOCK_METRIC, REQUEST_METRIC, EngineStats
 
-_LABELS = {KV_CACHE_BLOCK_METRIC: "kv_cache_block_type", REQUEST_METRIC: "request_type"}
+_LABELS = {KV_CACHE_BLOCK_METRIC: "kv_cache_block_type", REQUEST_METRIC: "request_type", CLASS_METRIC: "request_class"}
 _DESCRIPTIONS = {
     KV_CACHE_BLOCK_METRIC: "KV cache blocks of the engine, by kind (TensorRT-LLM backend names)",
     REQUEST_METRIC: "Requests in the engine, by state (TensorRT-LLM backend names)",
+    CLASS_METRIC: "Requests in the engine (admitted or waiting), by class",
 }
 
 
@@ -33,6 +35,7 @@ def gauge_samples(stats: EngineStats) -> list[GaugeSample]:
     """Every gauge value `stats` implies, in a fixed order."""
     samples = [GaugeSample(KV_CACHE_BLOCK_METRIC, k, v) for k, v in stats.kv_cache_block_metrics().items()]
     samples += [GaugeSample(REQUEST_METRIC, k, v) for k, v in stats.request_metrics().items()]
+    samples += [GaugeSample(CLASS_METRIC, k, v) for k, v in stats.class_metrics().items()]
     return samples
 
 
@@ -55,7 +58,7 @@ class TritonEngineMetrics:
     def __init__(self, metric_family: Any, extra_labels: Mapping[str, str]) -> None:
         self._families = {
             name: metric_family(name=name, description=_DESCRIPTIONS[name], kind=metric_family.GAUGE)
-            for name in (KV_CACHE_BLOCK_METRIC, REQUEST_METRIC)
+            for name in _LABELS
         }
         self._extra_labels = dict(extra_labels)
         self._gauges: dict[tuple[str, str], Any] = {}

@@ -90,4 +90,7 @@ def engine_config_from_parameters(params: Mapping[str, str]) -> EngineConfig:
         max_bulk_seqs_beside_interactive=(
             int(cap) if (cap := params.get("max_bulk_seqs_beside_interactive", "")) else None
         ),
+        max_bulk_cost_beside_interactive=(
+            float(cost) if (cost := params.get("max_bulk_cost_beside_interactive", "")) else None
+        ),
     )

@@ -73,6 +73,9 @@ def repository_values(
         "max_bulk_seqs_beside_interactive": (
             "" if engine.max_bulk_seqs_beside_interactive is None else str(engine.max_bulk_seqs_beside_interactive)
         ),
+        "max_bulk_cost_beside_interactive": (
+            "" if engine.max_bulk_cost_beside_interactive is None else repr(engine.max_bulk_cost_beside_interactive)
+        ),
         "stream_interval_ms": str(pool.stream_interval_ms),
         "max_stream_responses_per_s": str(pool.max_stream_responses_per_s),
         "postprocess_in_process": "true" if pool.postprocess_in_process else "false",

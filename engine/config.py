@@ -89,6 +89,10 @@ class EngineConfig:
     # join it: on a CPU a step's cost grows with every sequence in it, so bulk would slow the
     # people waiting. None: no cap (a GPU's decode step barely grows with the batch).
     max_bulk_seqs_beside_interactive: int | None = None
+    # ... and together they add at most this much cost to it: a bulk prompt being read would
+    # otherwise ride along in every step of a stream and lengthen each one (on a CPU; on a GPU
+    # a chunk beside decodes is nearly free). None: no cap.
+    max_bulk_cost_beside_interactive: float | None = None
 
     def __post_init__(self) -> None:
         if self.block_size < 1 or self.kv_capacity_tokens < self.block_size:
@@ -97,6 +101,8 @@ class EngineConfig:
             raise ValueError("max_num_seqs, max_num_batched_tokens and max_step_cost must be positive")
         if self.max_bulk_seqs_beside_interactive is not None and self.max_bulk_seqs_beside_interactive < 0:
             raise ValueError("max_bulk_seqs_beside_interactive must be >= 0 (or None for no cap)")
+        if self.max_bulk_cost_beside_interactive is not None and self.max_bulk_cost_beside_interactive <= 0:
+            raise ValueError("max_bulk_cost_beside_interactive must be positive (or None for no cap)")
 
     @property
     def num_blocks(self) -> int:

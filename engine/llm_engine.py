@@ -21,7 +21,7 @@ import numpy.typing as npt
 
 from engine.config import EngineConfig, ModelConfig
 from engine.forward_batch import Model, SequenceChunk
-from engine.request import EngineRequest, FinishReason, RequestOutput
+from engine.request import EngineRequest, FinishReason, RequestClass, RequestOutput
 from engine.sampling import sample_token
 from engine.scheduler import Scheduler, SchedulerOutput
 from engine.sequence import Sequence
@@ -216,6 +216,8 @@ class LLMEngine:
             scheduled_requests=self._last_num_scheduled,
             context_requests=self._last_num_context,
             waiting_requests=self.scheduler.num_waiting,
+            interactive_requests=self.scheduler.num_unfinished(RequestClass.INTERACTIVE),
+            bulk_requests=self.scheduler.num_unfinished(RequestClass.BULK),
         )
 
 

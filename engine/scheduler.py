@@ -5,7 +5,8 @@ tokens and wants to catch up. One step hands out a budget in this order:
 
     1. running interactive   (decodes, then the next chunks of half-read prompts, oldest first)
     2. waiting interactive   (admitted when their blocks can be had; may preempt bulk)
-    3. running bulk          (beside interactive work, at most max_bulk_seqs_beside_interactive)
+    3. running bulk          (beside interactive work, at most max_bulk_seqs_beside_interactive
+                              sequences adding at most max_bulk_cost_beside_interactive)
     4. waiting bulk          (not while an interactive request waits for memory)
 
 The budget counts *cost*, not only tokens: a token attending to `ctx` positions costs
@@ -114,6 +115,10 @@ class Scheduler:
     def num_waiting(self) -> int:
         return sum(len(q) for q in self._waiting.values())
 
+    def num_unfinished(self, request_class: RequestClass) -> int:
+        """Running and waiting sequences of one class."""
+        return len(self._running[request_class]) + len(self._waiting[request_class])
+
     def has_unfinished(self) -> bool:
         return bool(self._by_id) or bool(self._aborted)
 
@@ -174,11 +179,15 @@ class Scheduler:
 
     def _cap_bulk_beside_interactive(self, step: _Step) -> None:
         """Interactive work is in this step: let at most the configured number of bulk
-        sequences join it. The oldest go first; the rest keep their blocks and wait, and being
-        the newest they are the first preempted if memory runs short."""
+        sequences, adding at most the configured cost, join it. The oldest go first; the rest
+        keep their blocks and wait, and being the newest they are the first preempted if
+        memory runs short. A bulk prompt being read goes on in small chunks meanwhile."""
         cap = self.config.max_bulk_seqs_beside_interactive
         if cap is not None:
             step.seqs_left = min(step.seqs_left, cap)
+        cost_cap = self.config.max_bulk_cost_beside_interactive
+        if cost_cap is not None:
+            step.cost_left = min(step.cost_left, cost_cap)
 
     def pop_aborted(self) -> list[Sequence]:
         """Sequences aborted since the last call because they can never fit (each reported once)."""

@@ -5,6 +5,11 @@ one to one onto the labels of TensorRT-LLM's Triton backend metrics:
 
     nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type = max | free | used | tokens_per | reused}
     nv_trt_llm_request_metrics{request_type = active | max | scheduled | context | waiting}
+
+and one of Switchyard's own, which TensorRT-LLM has no name for: requests in the engine (admitted
+or waiting) per class, so the bulk dispatcher can tell whether people are being served there.
+
+    switchyard_engine_requests{request_class = interactive | bulk}
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from dataclasses import dataclass
 
 KV_CACHE_BLOCK_METRIC = "nv_trt_llm_kv_cache_block_metrics"
 REQUEST_METRIC = "nv_trt_llm_request_metrics"
+CLASS_METRIC = "switchyard_engine_requests"
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +36,8 @@ class EngineStats:
     scheduled_requests: int  # planned in the last step
     context_requests: int  # of those, the ones still reading their prompt
     waiting_requests: int  # queued for admission, preempted ones included
+    interactive_requests: int = 0  # unfinished (admitted or waiting), by class
+    bulk_requests: int = 0
 
     def kv_cache_block_metrics(self) -> dict[str, int]:
         """Values of `nv_trt_llm_kv_cache_block_metrics` by `kv_cache_block_type` label."""
@@ -50,3 +58,7 @@ class EngineStats:
             "context": self.context_requests,
             "waiting": self.waiting_requests,
         }
+
+    def class_metrics(self) -> dict[str, int]:
+        """Values of `switchyard_engine_requests` by `request_class` label."""
+        return {"interactive": self.interactive_requests, "bulk": self.bulk_requests}

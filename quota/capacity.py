@@ -20,7 +20,7 @@ from typing import Protocol
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from engine.stats import KV_CACHE_BLOCK_METRIC
+from engine.stats import CLASS_METRIC, KV_CACHE_BLOCK_METRIC
 from switchyard.config import SwitchyardConfig
 
 
@@ -30,13 +30,18 @@ class KvCache:
 
     capacity_tokens: int
     free_tokens: int
+    interactive_requests: int = 0  # in the engine now (`switchyard_engine_requests`)
 
 
 def parse_kv_cache(metrics_text: str) -> KvCache:
-    """The KV capacity and free tokens in one server's Prometheus metrics text."""
+    """The KV capacity and free tokens, and the interactive requests in the engine, in one
+    server's Prometheus metrics text."""
     per_engine: dict[tuple[tuple[str, str], ...], dict[str, float]] = {}
+    interactive = 0
     for family in text_string_to_metric_families(metrics_text):
         for sample in family.samples:
+            if sample.name == CLASS_METRIC and sample.labels.get("request_class") == "interactive":
+                interactive += int(sample.value)
             if sample.name != KV_CACHE_BLOCK_METRIC or "kv_cache_block_type" not in sample.labels:
                 continue
             engine = tuple(sorted((k, v) for k, v in sample.labels.items() if k != "kv_cache_block_type"))
@@ -46,7 +51,7 @@ def parse_kv_cache(metrics_text: str) -> KvCache:
         tokens_per = int(blocks.get("tokens_per", 0))
         capacity += int(blocks.get("max", 0)) * tokens_per
         free += int(blocks.get("free", 0)) * tokens_per
-    return KvCache(capacity, free)
+    return KvCache(capacity, free, interactive)
 
 
 def parse_kv_capacity(metrics_text: str) -> int:
@@ -63,6 +68,7 @@ class PoolCapacity:
     free_tokens: int = 0
     ready_servers: int = 0
     servers: int = 0
+    interactive_requests: int = 0  # in the servers' engines (admitted or waiting)
 
 
 class CapacitySource(Protocol):
@@ -142,6 +148,7 @@ class CapacityMonitor:
                 free_tokens=sum(cache.free_tokens for cache in ready),
                 ready_servers=len(ready),
                 servers=len(pool_urls),
+                interactive_requests=sum(cache.interactive_requests for cache in ready),
             )
         changed = [
             p

@@ -61,6 +61,8 @@ class EngineSpec(_Strict):
     enable_prefix_caching: bool = True
     # The CPU engine's step cost grows with every sequence in it: cap bulk beside interactive.
     max_bulk_seqs_beside_interactive: Annotated[int, Field(ge=0)] | None = 4
+    # ... adding at most this cost (4 decodes and a ~45-token chunk of a bulk prompt).
+    max_bulk_cost_beside_interactive: Annotated[float, Field(gt=0)] | None = 64.0
 
     def to_engine_config(self) -> EngineConfig:
         return EngineConfig(**self.model_dump())
@@ -129,6 +131,8 @@ class BulkSpec(_Strict):
     # Share of each pool's KV that bulk leaves for people (interactive requests) at all times.
     interactive_reserve_fraction: Annotated[float, Field(ge=0, lt=1)] = 0.2
     max_inflight_per_pool: Annotated[int, Field(ge=1)] = 32  # bulk requests one dispatcher runs at once
+    # ... while interactive requests run in the pool (an engine runs few bulk beside them)
+    max_inflight_beside_interactive: Annotated[int, Field(ge=1)] = 2
     max_attempts: Annotated[int, Field(ge=1)] = 3  # server failures before an entry is failed
     reclaim_idle_s: Annotated[float, Field(gt=0)] = 30.0  # a dead dispatcher's entries go to another after this
     results_flush_s: Annotated[float, Field(gt=0)] = 1.0  # how often results are written out

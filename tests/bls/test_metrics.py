@@ -16,6 +16,8 @@ STATS = EngineStats(
     scheduled_requests=2,
     context_requests=1,
     waiting_requests=4,
+    interactive_requests=1,
+    bulk_requests=5,
 )
 
 
@@ -50,7 +52,9 @@ def test_samples_cover_every_label() -> None:
     assert values[("nv_trt_llm_kv_cache_block_metrics", "free")] == 90
     assert values[("nv_trt_llm_kv_cache_block_metrics", "tokens_per")] == 16
     assert values[("nv_trt_llm_request_metrics", "waiting")] == 4
-    assert len(values) == 10
+    assert values[("switchyard_engine_requests", "interactive")] == 1
+    assert values[("switchyard_engine_requests", "bulk")] == 5
+    assert len(values) == 12
 
 
 def test_triton_publisher_sets_labelled_gauges() -> None:
@@ -59,12 +63,18 @@ def test_triton_publisher_sets_labelled_gauges() -> None:
     metrics.publish(STATS)
     metrics.publish(EngineStats(100, 100, 0, 16, 3, 0, 8, 0, 0, 0))
     families = {f.name: f for f in CREATED}
-    assert set(families) == {"nv_trt_llm_kv_cache_block_metrics", "nv_trt_llm_request_metrics"}
+    assert set(families) == {
+        "nv_trt_llm_kv_cache_block_metrics",
+        "nv_trt_llm_request_metrics",
+        "switchyard_engine_requests",
+    }
     assert all(f.kind == "gauge" for f in families.values())
     kv = {m.labels["kv_cache_block_type"]: m for m in families["nv_trt_llm_kv_cache_block_metrics"].metrics}
     assert kv["free"].value == 100 and kv["used"].value == 0
     assert kv["max"].labels == {"kv_cache_block_type": "max", "model": "cpu_engine", "version": "1"}
     assert len(families["nv_trt_llm_request_metrics"].metrics) == 5  # created once, then updated
+    by_class = {m.labels["request_class"]: m.value for m in families["switchyard_engine_requests"].metrics}
+    assert by_class == {"interactive": 0, "bulk": 0}
 
 
 def test_only_changed_values_are_set() -> None:

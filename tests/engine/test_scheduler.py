@@ -347,3 +347,18 @@ def test_no_cap_by_default(make_config: ConfigFactory, make_sequence: SeqFactory
         scheduler.add(make_sequence(f"bulk{i}", range(3), arrival=i, max_tokens=50, request_class=BULK))
     scheduler.add(make_sequence("chat", range(3), arrival=9, max_tokens=50))
     assert len(run_step(scheduler).scheduled) == 5
+
+
+def test_a_bulk_prompt_beside_interactive_work_is_read_in_small_chunks(
+    make_config: ConfigFactory, make_sequence: SeqFactory
+) -> None:
+    """19 tokens from position 0 cost 19 + 190/256 = 19.7 (20 would cost 20.8); from 19 on,
+    17 cost 18.9 (18 would cost 20.004)."""
+    config = make_config(kv_capacity_tokens=1024, max_bulk_cost_beside_interactive=20.0)
+    scheduler = Scheduler(config)
+    scheduler.add(make_sequence("bulk0", range(200), arrival=0, max_tokens=8, request_class=BULK))
+    scheduler.add(make_sequence("chat", range(3), arrival=1, max_tokens=8))
+    assert planned(run_step(scheduler)) == [("chat", 3), ("bulk0", 19)]
+    assert planned(run_step(scheduler)) == [("chat", 1), ("bulk0", 17)]
+    scheduler.finish("chat", FinishReason.CANCELLED)
+    assert planned(run_step(scheduler)) == [("bulk0", 164)]  # alone: the rest of the prompt at once

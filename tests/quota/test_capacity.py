@@ -105,3 +105,13 @@ async def test_monitor_refuses_a_non_positive_refresh() -> None:
     async with httpx.AsyncClient() as client:
         with pytest.raises(ValueError, match="refresh_s"):
             CapacityMonitor(dict, client, refresh_s=0)
+
+
+def test_interactive_requests_in_the_engines_are_counted() -> None:
+    classes = """# HELP switchyard_engine_requests Requests in the engine (admitted or waiting), by class
+# TYPE switchyard_engine_requests gauge
+switchyard_engine_requests{model="cpu_engine",request_class="interactive",version="1"} 3
+switchyard_engine_requests{model="cpu_engine",request_class="bulk",version="1"} 7
+"""
+    assert parse_kv_cache(OTHER + metrics_text(5000, 4000) + classes).interactive_requests == 3
+    assert parse_kv_cache(metrics_text(5000, 4000)).interactive_requests == 0
