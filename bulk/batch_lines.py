@@ -280,3 +280,14 @@ def _unknown_native_field(field: str) -> str:
 def _kind(value: object) -> str:
     names = {dict: "an object", list: "an array", str: "a string", bool: "a boolean", type(None): "null"}
     return names.get(type(value), "a number")
+
+
+def custom_id_of(raw: bytes) -> str | None:
+    """The `custom_id` of a line that passed validation, without validating it again (for
+    recording entries that expire or are cancelled unrun)."""
+    try:
+        line = json.loads(raw.removeprefix(_UTF8_BOM))
+    except ValueError:
+        return None
+    custom_id = line.get("custom_id") if isinstance(line, dict) else None
+    return custom_id if isinstance(custom_id, str) else None

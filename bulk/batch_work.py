@@ -21,7 +21,7 @@ from bulk.batch_store import BatchRecord
 from bulk.chunk_queue import QueuedChunk
 from bulk.ingest import split_lines
 from bulk.release_policy import CompletionRate
-from bulk.results import EntryResult
+from bulk.results import EntryResult, Outcome
 
 
 @dataclass(slots=True)
@@ -49,6 +49,7 @@ class BatchWork:
     inflight_costs: dict[int, int] = field(default_factory=dict)  # line -> cost_tokens
     results: list[EntryResult] = field(default_factory=list)
     queue_empty: bool = False  # the last read found no new chunk
+    sweep: Outcome | None = None  # EXPIRED past the deadline, FAILED once cancelled: entries left are swept
     rate: CompletionRate = field(default_factory=CompletionRate)
     _chunk_of_line: dict[int, str] = field(default_factory=dict, init=False)
 

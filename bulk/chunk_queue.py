@@ -52,7 +52,9 @@ class ChunkQueue:
         async with self._redis.pipeline(transaction=True) as pipe:
             pipe.xgroup_create(key, GROUP, id="0", mkstream=True)
             for chunk in chunks:
-                pipe.xadd(key, {name: getattr(chunk, name) for name in _FIELDS})
+                fields: dict[Any, Any] = {name: getattr(chunk, name) for name in _FIELDS}
+                fields["invalid"] = ",".join(map(str, chunk.invalid_lines))
+                pipe.xadd(key, fields)
             await pipe.execute()
 
     async def read(self, batch_id: str, count: int = 1) -> list[QueuedChunk]:
@@ -115,8 +117,10 @@ class ChunkQueue:
 
 
 def _queued(batch_id: str, message_id: bytes | str, fields: dict[Any, Any]) -> QueuedChunk:
-    values = {_text(k): int(_text(v)) for k, v in fields.items()}
-    return QueuedChunk(batch_id, _text(message_id), ChunkRef(**{name: values[name] for name in _FIELDS}))
+    values = {_text(k): _text(v) for k, v in fields.items()}
+    invalid = tuple(int(line) for line in values.get("invalid", "").split(",") if line)
+    chunk = ChunkRef(**{name: int(values[name]) for name in _FIELDS}, invalid_lines=invalid)
+    return QueuedChunk(batch_id, _text(message_id), chunk)
 
 
 def _text(value: bytes | str) -> str:

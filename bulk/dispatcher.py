@@ -28,7 +28,7 @@ from typing import Protocol
 
 import redis.asyncio as aioredis
 
-from bulk.batch_lines import BatchEntry, LineValidator
+from bulk.batch_lines import BatchEntry, LineValidator, custom_id_of
 from bulk.batch_store import BatchRecord, BatchStatus, BatchStore
 from bulk.batch_work import BatchWork, ReadyEntry
 from bulk.blob_store import BlobStore
@@ -49,6 +49,11 @@ from switchyard.config import SwitchyardConfig
 logger = logging.getLogger(__name__)
 
 _FLUSH_AT_RESULTS = 256
+_SWEEP_BUDGET_S = 0.2  # per step, for expiring or cancelling a batch's remaining entries
+_SWEEP_ERRORS = {
+    Outcome.EXPIRED: {"code": "batch_expired", "message": "the batch reached its deadline before this request ran"},
+    Outcome.FAILED: {"code": "batch_cancelled", "message": "the batch was cancelled before this request ran"},
+}
 _STOP_GRACE_S = 10.0  # on SIGTERM, how long running entries may take to end (then: reclaimed later)
 
 
@@ -87,7 +92,11 @@ class Dispatcher:
         self.queue = ChunkQueue(client, consumer)
         self.results = ResultStore(client, blobs)
         self._finalizer = Finalizer(client, blobs, self.batches, self.results, FileStore(client), self.queue)
-        self._room = RoomPolicy(self._bulk.interactive_reserve_fraction, self._bulk.max_inflight_per_pool)
+        self._room = RoomPolicy(
+            self._bulk.interactive_reserve_fraction,
+            self._bulk.max_inflight_per_pool,
+            self._bulk.max_inflight_beside_interactive,
+        )
         weights = {team: spec.weight for team, spec in config.teams.items()}
         self._orders = {pool_id: ReleaseOrder(weights) for pool_id in config.pools}  # fairness per pool
         self._risk = DeadlineRisk()
@@ -122,6 +131,8 @@ class Dispatcher:
         if now >= self._next_refresh:
             self._next_refresh = now + self._refresh_s
             await self._refresh(now)
+        for work in [w for w in self._work.values() if w.sweep is not None]:
+            await self._sweep(work, now)
         await self._release(now)
         if now >= self._next_flush or any(len(w.results) >= _FLUSH_AT_RESULTS for w in self._work.values()):
             self._next_flush = now + self._bulk.results_flush_s
@@ -159,9 +170,9 @@ class Dispatcher:
         work.record = record
         work.queue_empty = False
         if now >= record.deadline:
-            await self._sweep(work, Outcome.EXPIRED, now)
+            work.sweep = Outcome.EXPIRED
         elif record.status is BatchStatus.CANCELLING:
-            await self._sweep(work, Outcome.FAILED, now)
+            work.sweep = work.sweep or Outcome.FAILED
         else:
             await self._flag_risk(work, now)
 
@@ -198,33 +209,33 @@ class Dispatcher:
                         logger.info("reclaimed a chunk", extra={"batch_id": work.batch_id, "chunk": queued.message_id})
                         await self._load(work, queued)
 
-    async def _sweep(self, work: BatchWork, outcome: Outcome, now: float) -> None:
-        """Expire (deadline) or cancel every entry not yet ended. Expiry stops running entries;
-        cancellation lets this dispatcher's running entries finish."""
-        if outcome is Outcome.EXPIRED:
+    async def _sweep(self, work: BatchWork, now: float) -> None:
+        """Expire (deadline) or cancel the batch's entries not yet ended, for at most
+        `_SWEEP_BUDGET_S` per call (a batch of 50,000 takes a few calls; releases go on
+        between them). Expiry stops running entries; cancellation lets them finish."""
+        outcome = work.sweep
+        assert outcome is not None
+        if outcome is Outcome.EXPIRED and work.inflight:
             for task in work.inflight.values():
                 task.cancel()
             await asyncio.gather(*work.inflight.values(), return_exceptions=True)
         work.ready.clear()
-        code, message = (
-            ("batch_expired", "the batch reached its deadline before this request ran")
-            if outcome is Outcome.EXPIRED
-            else ("batch_cancelled", "the batch was cancelled before this request ran")
-        )
+        error = _SWEEP_ERRORS[outcome]
         pending = {result.line for result in work.results} | set(work.inflight)
         foreign: list[str] = []
+        began = time.monotonic()
         for queued in await self.queue.drain(work.batch_id):
-            raw = await self._blobs.read_range(work.record.input_key, queued.chunk.byte_start, queued.chunk.byte_end)
-            lines = [(n, text) for n, text in split_lines(raw, queued.chunk.first_line) if n not in pending]
+            if time.monotonic() - began > _SWEEP_BUDGET_S:
+                break
+            chunk = queued.chunk
+            skip = pending | set(chunk.invalid_lines)  # refused lines are in the errors file already
+            raw = await self._blobs.read_range(work.record.input_key, chunk.byte_start, chunk.byte_end)
+            lines = [(n, text) for n, text in split_lines(raw, chunk.first_line) if n not in skip]
             marked = await self.results.marked(work.batch_id, [n for n, _ in lines])
             for line, text in lines:
-                entry = work.validator.validate(line, text)
-                if line in marked or not isinstance(entry, BatchEntry):
-                    continue
-                error = {"code": code, "message": message}
-                work.results.append(
-                    EntryResult(line, outcome, output_record(work.batch_id, line, entry.custom_id, error=error))
-                )
+                if line not in marked:
+                    record = output_record(work.batch_id, line, custom_id_of(text), error=error)
+                    work.results.append(EntryResult(line, outcome, record))
             if queued.message_id not in work.chunks:
                 foreign.append(queued.message_id)
         await self._write(work, now)
@@ -255,9 +266,10 @@ class Dispatcher:
             return
         tokens = sum(cost for work in works for cost in work.inflight_costs.values())
         requests = sum(len(work.inflight) for work in works)
-        room = self._room.room_tokens(await self._loads.pool_load(pool_id, tokens, requests))
+        load = self._room.note(await self._loads.pool_load(pool_id, tokens, requests), self._clock())
+        room, more = self._room.room_tokens(load), self._room.requests_room(load)
         self.metrics.room_tokens.labels(pool_id).set(room)
-        while room > 0 and requests < self._bulk.max_inflight_per_pool and not self._paused(pool_id, None):
+        while room > 0 and more > 0 and not self._paused(pool_id, None):
             # Every batch with an entry ready is a candidate, fitting or not: the order resets
             # the credit of teams left out, and a team of long entries must build it up. A team
             # held back by a 429 sits out until its Retry-After.
@@ -279,6 +291,7 @@ class Dispatcher:
             self.metrics.released.labels(pool_id, work.record.team_id).inc()
             room -= ready.entry.cost_tokens
             requests += 1
+            more -= 1
             await self._fill(work)
 
     async def _fill(self, work: BatchWork) -> None:

@@ -57,6 +57,9 @@ class ChunkRef:
     byte_end: int  # offset just after last_line's newline (or the end of the file)
     entries: int  # valid lines in the range
     cost_tokens: int  # sum of the valid entries' cost_tokens
+    # Lines in the range refused at upload (already in the errors file): expiry and cancel
+    # skip them without validating every line again.
+    invalid_lines: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +152,7 @@ class _LineScanner:
         self.chunks: list[ChunkRef] = []
         # The chunk being filled: its first line and byte, physical lines, valid entries, cost.
         self._chunk_line = self._chunk_start = self._chunk_size = self._chunk_entries = self._chunk_cost = 0
+        self._chunk_invalid: list[int] = []
 
     def scan(self, block: bytes, final: bool) -> list[LineError]:
         """Validate `block` (whole lines; the last one may lack its newline when `final`);
@@ -201,6 +205,7 @@ class _LineScanner:
             self._chunk_cost += outcome.cost_tokens
         else:
             self.invalid += 1
+            self._chunk_invalid.append(line_no)
             if self.first_error is None:
                 self.first_error = outcome
             errors.append(outcome)
@@ -209,10 +214,17 @@ class _LineScanner:
         if self._chunk_entries:
             last_line = self._chunk_line + self._chunk_size - 1
             chunk = ChunkRef(
-                self._chunk_line, last_line, self._chunk_start, self._offset, self._chunk_entries, self._chunk_cost
+                self._chunk_line,
+                last_line,
+                self._chunk_start,
+                self._offset,
+                self._chunk_entries,
+                self._chunk_cost,
+                tuple(self._chunk_invalid),
             )
             self.chunks.append(chunk)
         self._chunk_size = self._chunk_entries = self._chunk_cost = 0
+        self._chunk_invalid = []
 
 
 def _check_jsonl(line_no: int, raw: bytes) -> None:

@@ -23,11 +23,13 @@ class LivePoolLoads:
 
     async def pool_load(self, pool_id: str, bulk_inflight_tokens: int, bulk_inflight_requests: int) -> PoolLoad:
         loads = await self._leases.loads(pool_id)
+        capacity = self._capacity.capacity(pool_id)
         return PoolLoad(
             pool_id=pool_id,
-            capacity_tokens=self._capacity.capacity(pool_id).capacity_tokens,
+            capacity_tokens=capacity.capacity_tokens,
             leased_tokens=sum(load.in_use for load in loads.values()),
             bulk_inflight_tokens=bulk_inflight_tokens,
             bulk_inflight_requests=bulk_inflight_requests,
             interactive_waiting=sum(load.waiters for load in loads.values()),
+            interactive_running=capacity.interactive_requests,
         )

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 
 
@@ -29,6 +29,12 @@ class PoolLoad:
     bulk_inflight_tokens: int  # cost of the bulk entries this dispatcher has released and not yet seen end
     bulk_inflight_requests: int
     interactive_waiting: int  # interactive requests queued for room in the pool (any gateway)
+    # Interactive requests in the pool's engines, as the servers last reported them: the lease
+    # arithmetic cannot tell them apart from bulk whose cost was estimated from a byte bound.
+    interactive_running: int = 0
+    # People were served in the pool within `RoomPolicy`'s hold (set by `RoomPolicy.note`): a
+    # closed loop of chat requests spends much of its time outside the engine, between turns.
+    people_recently: bool = False
 
 
 class RoomPolicy:
@@ -40,9 +46,20 @@ class RoomPolicy:
 
         capacity ├──── usable = ⌊capacity × (1 − reserve)⌋ ────┼── reserve ──┤
                  ├ interactive ┼ bulk in flight ┼ room ─────────┤
+
+    Memory is not the only thing bulk takes from people: an engine runs only so many bulk
+    sequences beside interactive ones, so while people are served (and for `interactive_hold_s`
+    after: `note`), bulk in flight is held to `max_inflight_beside_interactive`. More would only
+    queue in the engine, and every request costs the gateway and the servers' CPUs something.
     """
 
-    def __init__(self, reserve_fraction: float, max_inflight_requests: int) -> None:
+    def __init__(
+        self,
+        reserve_fraction: float,
+        max_inflight_requests: int,
+        max_inflight_beside_interactive: int | None = None,
+        interactive_hold_s: float = 10.0,
+    ) -> None:
         if not 0.0 <= reserve_fraction < 1.0:
             raise ValueError(f"reserve_fraction must be in [0, 1), got {reserve_fraction}")
         if max_inflight_requests < 1:
@@ -51,24 +68,42 @@ class RoomPolicy:
         # 10,000 tokens at 0.1 leave exactly 9,000 usable and the simulator agrees to the token.
         self._usable = 1 - Fraction(repr(reserve_fraction))
         self._max_inflight = max_inflight_requests
+        beside = max_inflight_beside_interactive
+        self._max_beside = max_inflight_requests if beside is None else min(beside, max_inflight_requests)
+        self._hold_s = interactive_hold_s
+        self._people_seen_at: dict[str, float] = {}
 
     def usable_tokens(self, capacity_tokens: int) -> int:
         """The part of a pool bulk may ever share with interactive work."""
         return max(0, capacity_tokens) * self._usable.numerator // self._usable.denominator
 
+    def note(self, pool: PoolLoad, now: float) -> PoolLoad:
+        """Remember whether people are served in the pool now; the load with `people_recently`
+        set when they were within the last `interactive_hold_s` seconds."""
+        if pool.interactive_running > 0 or _interactive_tokens(pool) > 0:
+            self._people_seen_at[pool.pool_id] = now
+        seen = self._people_seen_at.get(pool.pool_id)
+        return replace(pool, people_recently=seen is not None and now - seen < self._hold_s)
+
     def requests_room(self, pool: PoolLoad) -> int:
         """How many more bulk requests this dispatcher may have in flight in the pool."""
-        return max(0, self._max_inflight - pool.bulk_inflight_requests)
+        people = pool.people_recently or pool.interactive_running > 0 or _interactive_tokens(pool) > 0
+        limit = self._max_beside if people else self._max_inflight
+        return max(0, limit - pool.bulk_inflight_requests)
 
     def room_tokens(self, pool: PoolLoad) -> int:
         """KV tokens of bulk work that may be released into the pool now (0: release nothing)."""
         if pool.interactive_waiting > 0 or self.requests_room(pool) == 0 or pool.capacity_tokens <= 0:
             return 0
-        # Our released bulk may or may not hold a lease yet (admission runs after release), so
-        # take it out of the leases and count it once, fully, on its own.
         bulk = max(0, pool.bulk_inflight_tokens)
-        interactive = max(0, pool.leased_tokens - bulk)
-        return max(0, self.usable_tokens(pool.capacity_tokens) - interactive - bulk)
+        return max(0, self.usable_tokens(pool.capacity_tokens) - _interactive_tokens(pool) - bulk)
+
+
+def _interactive_tokens(pool: PoolLoad) -> int:
+    """Leased tokens that are not this dispatcher's bulk. Our released bulk may or may not hold
+    a lease yet (admission runs after release), so it is taken out of the leases and counted
+    once, fully, on its own."""
+    return max(0, pool.leased_tokens - max(0, pool.bulk_inflight_tokens))
 
 
 @dataclass(frozen=True, slots=True)

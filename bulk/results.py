@@ -158,34 +158,43 @@ class ResultStore:
 
     async def read(self, batch_id: str, outcomes: frozenset[Outcome]) -> AsyncIterator[bytes]:
         """Marked results so far with these outcomes, one JSON line each (unordered)."""
+        async for kept in self._marked_records(batch_id):
+            lines = [record + b"\n" for outcome, record in kept if outcome in outcomes]
+            if lines:
+                yield b"".join(lines)
+
+    async def compact(self, batch_id: str, results: BlobWriter, errors: BlobWriter) -> tuple[int, int]:
+        """Write the final results and errors files (upload refusals first in errors) in one
+        pass over the segments; returns their sizes. Idempotent: run again after a crash, it
+        writes the same files."""
+        try:
+            if await self._blobs.size(invalid_key(batch_id)) is not None:
+                async for block in self._blobs.read(invalid_key(batch_id)):
+                    await errors.write(block)
+            async for kept in self._marked_records(batch_id):
+                done = [record + b"\n" for outcome, record in kept if outcome is Outcome.DONE]
+                ended = [record + b"\n" for outcome, record in kept if outcome is not Outcome.DONE]
+                if done:
+                    await results.write(b"".join(done))
+                if ended:
+                    await errors.write(b"".join(ended))
+        except BaseException:
+            await results.abort()
+            await errors.abort()
+            raise
+        return await results.commit(), await errors.commit()
+
+    async def _marked_records(self, batch_id: str) -> AsyncIterator[list[tuple[Outcome, bytes]]]:
+        """The records whose mark names the segment they are in, a block of lines at a time."""
         owners = {int(k): _text(v) for k, v in (await self._redis.hgetall(_marks_key(batch_id))).items()}
         segments = dict.fromkeys(_text(s) for s in await self._redis.lrange(_segments_key(batch_id), 0, -1))
         for segment in segments:
             pending = b""
             async for block in self._blobs.read(_segment_blob(batch_id, segment)):
                 *lines, pending = (pending + block).split(b"\n")
-                kept = [
-                    rest for line, rest in map(_split, lines) if owners.get(line) == segment and rest[0] in outcomes
-                ]
+                kept = [rest for line, rest in map(_split, lines) if owners.get(line) == segment]
                 if kept:
-                    yield b"".join(record + b"\n" for _, record in kept)
-
-    async def compact(self, batch_id: str, results: BlobWriter, errors: BlobWriter) -> tuple[int, int]:
-        """Write the final results and errors files (upload refusals first in errors);
-        returns their sizes. Idempotent: run again after a crash, it writes the same files."""
-        try:
-            if await self._blobs.size(invalid_key(batch_id)) is not None:
-                async for block in self._blobs.read(invalid_key(batch_id)):
-                    await errors.write(block)
-            async for block in self.read(batch_id, frozenset({Outcome.DONE})):
-                await results.write(block)
-            async for block in self.read(batch_id, frozenset({Outcome.FAILED, Outcome.EXPIRED})):
-                await errors.write(block)
-        except BaseException:
-            await results.abort()
-            await errors.abort()
-            raise
-        return await results.commit(), await errors.commit()
+                    yield kept
 
     async def drop_segments(self, batch_id: str) -> None:
         """After compaction: the marks and segments are no longer read."""

@@ -99,7 +99,11 @@ def logging_config(level: str | int = "INFO", log_prompts: bool | None = None) -
         "formatters": {"json": {"()": f"{__name__}.JsonFormatter", "log_prompts": prompts}},
         "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "json", "stream": "ext://sys.stderr"}},
         "root": {"level": level_name, "handlers": ["stderr"]},
-        "loggers": {name: dict(uvicorn) for name in ("uvicorn", "uvicorn.error", "uvicorn.access")},
+        "loggers": {
+            **{name: dict(uvicorn) for name in ("uvicorn", "uvicorn.error", "uvicorn.access")},
+            # One line per scrape of every server's metrics, every second: only their failures.
+            "httpx": {"level": "WARNING"},
+        },
     }
 
 

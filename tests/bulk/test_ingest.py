@@ -70,8 +70,8 @@ def _offset(line: int) -> int:
 
 EXPECTED_CHUNKS = (
     ChunkRef(1, 4, 0, _offset(5), 3, _cost("a") + _cost("bb") + _cost("ccc")),
-    ChunkRef(5, 8, _offset(5), _offset(9), 2, _cost("d") + _cost("e")),
-    ChunkRef(9, 10, _offset(9), len(DATA), 1, _cost("g")),
+    ChunkRef(5, 8, _offset(5), _offset(9), 2, _cost("d") + _cost("e"), invalid_lines=(5,)),
+    ChunkRef(9, 10, _offset(9), len(DATA), 1, _cost("g"), invalid_lines=(9,)),
 )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -286,3 +287,37 @@ def test_completion_rate_keeps_few_samples_however_often_observed() -> None:
         rate.observe(i, NOW + i * 0.05)
     assert rate.per_s() == pytest.approx(20.0)
     assert len(rate._samples) <= 2 * 64 + 2
+
+
+def test_bulk_in_flight_is_held_low_while_interactive_requests_run() -> None:
+    policy = RoomPolicy(0.2, max_inflight_requests=32, max_inflight_beside_interactive=8)
+    quiet = PoolLoad("p", 10_000, leased_tokens=500, bulk_inflight_tokens=500, bulk_inflight_requests=8,
+                     interactive_waiting=0)  # fmt: skip
+    assert policy.requests_room(quiet) == 24  # the leases are all ours: nobody interactive
+    busy = PoolLoad("p", 10_000, leased_tokens=600, bulk_inflight_tokens=500, bulk_inflight_requests=8,
+                    interactive_waiting=0)  # fmt: skip
+    assert policy.requests_room(busy) == 0 and policy.room_tokens(busy) == 0
+    fewer = PoolLoad("p", 10_000, leased_tokens=600, bulk_inflight_tokens=300, bulk_inflight_requests=5,
+                     interactive_waiting=0)  # fmt: skip
+    assert policy.requests_room(fewer) == 3 and policy.room_tokens(fewer) == 8_000 - 300 - 300
+
+
+def test_interactive_requests_the_servers_report_hold_bulk_low_too() -> None:
+    """Our bulk estimate (a byte bound) can exceed its real leases: the servers' count decides."""
+    policy = RoomPolicy(0.2, max_inflight_requests=32, max_inflight_beside_interactive=8)
+    load = PoolLoad("p", 10_000, leased_tokens=400, bulk_inflight_tokens=900, bulk_inflight_requests=8,
+                    interactive_waiting=0, interactive_running=2)  # fmt: skip
+    assert policy.requests_room(load) == 0
+    assert policy.requests_room(replace(load, interactive_running=0)) == 24
+
+
+def test_people_served_lately_keep_bulk_low_for_the_hold() -> None:
+    policy = RoomPolicy(0.2, max_inflight_requests=32, max_inflight_beside_interactive=8, interactive_hold_s=10.0)
+    busy = PoolLoad("p", 10_000, 0, 0, 8, 0, interactive_running=1)
+    between_turns = replace(busy, interactive_running=0)
+    assert policy.requests_room(policy.note(between_turns, now=0.0)) == 24  # nobody seen yet
+    assert policy.requests_room(policy.note(busy, now=1.0)) == 0
+    assert policy.requests_room(policy.note(between_turns, now=10.9)) == 0  # within the hold
+    assert policy.requests_room(policy.note(between_turns, now=11.0)) == 24
+    assert policy.note(between_turns, now=5.0).pool_id == "p"
+    assert not policy.note(replace(busy, pool_id="q", interactive_running=0), now=5.0).people_recently  # per pool
