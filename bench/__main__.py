@@ -8,6 +8,7 @@ ports, so every ratio compares variants measured side by side in the same run.
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 
 from bench import (
@@ -15,6 +16,7 @@ from bench import (
     bench_s1_short_behind_long,
     bench_s2_document_full_server,
     bench_s3_prefill_stutter,
+    bench_s5_bulk_backlog,
     bench_s9_team_flood,
     bench_schedule,
     bench_serving_overhead,
@@ -23,7 +25,7 @@ from bench.live import bench_config, start_stack
 from switchyard.config import EngineSpec, load_config
 
 OFFLINE = {"schedule": bench_schedule.main, "prefill": bench_prefill.main}
-LIVE = ("s1", "s2", "s3", "overhead", "s9")
+LIVE = ("s1", "s2", "s3", "overhead", "s9", "s5")
 
 
 def run_live(names: list[str]) -> None:
@@ -59,6 +61,16 @@ def run_live(names: list[str]) -> None:
                 bench_s9_team_flood.run(stack.gateway_url, "bench-small", config, teams)
         finally:
             stack.stop()
+    if "s5" in names:  # its backlog lives in its own blob folder: gigabytes, removed after the run
+        config = bench_s5_bulk_backlog.with_blob_dir(
+            bench_config(base, {"bench-small": ("small", engine)}, bench_s5_bulk_backlog.TEAMS)
+        )
+        stack, teams = start_stack(config)
+        try:
+            bench_s5_bulk_backlog.run(stack, "bench-small", teams)
+        finally:
+            stack.stop()
+            shutil.rmtree(config.blob_path, ignore_errors=True)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,14 +2,16 @@
 
 Each step:
 
-    refresh (every second)  active batches from Redis; expire those past their deadline,
-                            sweep cancelled ones; flag batches at risk; keep held chunks
+    refresh (every second)  active batches from Redis; mark those past their deadline or
+                            cancelled for sweeping; flag batches at risk; keep held chunks
                             fresh and reclaim a dead dispatcher's
+    sweep                   a bounded slice of each expiring or cancelled batch's remaining
+                            entries recorded as expired / cancelled
     release                 per pool, while `RoomPolicy` says there is room (KV above the
-                            interactive reserve, nobody interactive waiting): `ReleaseOrder`
-                            picks the batch (at risk first, fair across teams in tokens,
-                            earliest deadline within a team) and its next entry goes to the
-                            gateway as class `bulk`
+                            interactive reserve, nobody interactive waiting, few bulk while
+                            people are served): `ReleaseOrder` picks the batch (at risk first,
+                            fair across teams in tokens, earliest deadline within a team) and
+                            its next entry goes to the gateway as class `bulk`
     flush (every results_flush_s)  results written and marked once; complete chunks acked;
                             a batch whose last entry ended is finalized
 
@@ -119,7 +121,7 @@ class Dispatcher:
                 logger.exception("dispatcher step failed; retrying")
                 await asyncio.sleep(1.0)
             self._wake.clear()
-            with contextlib.suppress(TimeoutError):
+            with contextlib.suppress(asyncio.TimeoutError):  # TimeoutError only from 3.11
                 await asyncio.wait_for(self._wake.wait(), tick_s)
         tasks = [task for work in self._work.values() for task in work.inflight.values()]
         if tasks:

@@ -58,7 +58,7 @@ class RoomPolicy:
         reserve_fraction: float,
         max_inflight_requests: int,
         max_inflight_beside_interactive: int | None = None,
-        interactive_hold_s: float = 10.0,
+        interactive_hold_s: float = 5.0,
     ) -> None:
         if not 0.0 <= reserve_fraction < 1.0:
             raise ValueError(f"reserve_fraction must be in [0, 1), got {reserve_fraction}")

@@ -131,8 +131,10 @@ class BulkSpec(_Strict):
     # Share of each pool's KV that bulk leaves for people (interactive requests) at all times.
     interactive_reserve_fraction: Annotated[float, Field(ge=0, lt=1)] = 0.2
     max_inflight_per_pool: Annotated[int, Field(ge=1)] = 32  # bulk requests one dispatcher runs at once
-    # ... while interactive requests run in the pool (an engine runs few bulk beside them)
-    max_inflight_beside_interactive: Annotated[int, Field(ge=1)] = 2
+    # ... while people are served in the pool (and 5 s after). On the CPU engine every bulk
+    # request costs the CPUs people's requests need (S5: 1 keeps their first token within
+    # 1.2x); a GPU server, where bulk rides along nearly free, takes more.
+    max_inflight_beside_interactive: Annotated[int, Field(ge=1)] = 1
     max_attempts: Annotated[int, Field(ge=1)] = 3  # server failures before an entry is failed
     reclaim_idle_s: Annotated[float, Field(gt=0)] = 30.0  # a dead dispatcher's entries go to another after this
     results_flush_s: Annotated[float, Field(gt=0)] = 1.0  # how often results are written out
