@@ -1,0 +1,169 @@
+"""Which server of a pool gets a request: prefix affinity, held to a bounded load.
+
+A request goes where its prompt's prefix is cached (the server reads only the uncached tail),
+unless that server is already much busier than the pool (consistent hashing with bounded
+loads, Mirrokni, Thorup and Zadimoghaddam 2018): then it goes to the least loaded server within
+the bound, which the prefix index then records as a second holder, so a hot prefix spreads over
+as many servers as its traffic needs and no further.
+
+    eligible:   READY, not excluded ───────────────────────────────────────▶ none: None
+    candidates: eligible with room for the request (free − in flight ≥ tokens)
+                none has room ─▶ least start cost of the eligible ("no-room")
+    bound:      load ≤ load_factor × mean load of the eligible + 1
+    holders (matched > 0) among candidates within the bound
+                ─▶ most matched blocks, then least start cost ("prefix")
+    otherwise   ─▶ least start cost among candidates within the bound
+                   ("spill" if a candidate held the prefix, else "least-loaded");
+                   if no candidate is within it (the least loaded lacks room),
+                   least start cost among candidates ("least-loaded")
+
+Two measures of a server, for two jobs:
+
+- load, in requests: active + waiting + this gateway's in-flight requests. The bound is the
+  paper's, on counts (the + 1 lets an idle pool place its first requests anywhere).
+- start cost, in tokens: an estimate of how soon this request's first token comes, for ranking
+  servers ("least loaded"): the work ahead of it plus the prompt it must read,
+
+      start cost = KV in use + in-flight tokens + waiting × (KV in use / active)
+                   + prefix_block_cost × (request tokens − matched blocks × block_size)
+
+  KV in use stands for the decode streams the request will share steps with (each step reads
+  all of it); a waiting request is assumed as large as an admitted one (the scrape gives no
+  queued tokens), or as this request when none is admitted. `prefix_block_cost` weighs a token
+  to prefill against a token of work ahead (1.0: alike, as in Dynamo's KV router). Since the
+  affinity rule ranks by matched blocks first, the prefill term decides only where matches
+  differ among the servers ranked by start cost: the no-room case.
+
+Deterministic: equal inputs give equal choices, whatever the order of `servers`; the last
+tie-break is the server id.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+
+REASON_PREFIX = "prefix"  # a server holding the prefix, within the bound
+REASON_SPILL = "spill"  # servers held the prefix but all were over the bound
+REASON_LEAST_LOADED = "least-loaded"  # no candidate held the prefix (or none with room was within the bound)
+REASON_NO_ROOM = "no-room"  # no eligible server had room; the engine will queue it
+
+
+class ServerState(str, enum.Enum):
+    """A server's place in its life: only READY servers take new work."""
+
+    STARTING = "starting"
+    READY = "ready"
+    DRAINING = "draining"  # finishes what it has, takes nothing new
+    DEAD = "dead"
+
+
+@dataclass(frozen=True, slots=True)
+class ServerLoad:
+    """One server as the router sees it: its state and the load its metrics last reported, plus
+    what this gateway sent it since."""
+
+    server_id: str
+    state: ServerState
+    capacity_tokens: int  # KV tokens
+    free_tokens: int  # KV tokens free (as last scraped)
+    active_requests: int  # admitted in the engine (scraped)
+    waiting_requests: int  # queued in the engine (scraped)
+    inflight_tokens: int = 0  # prompt+max_tokens this gateway has sent there since that scrape (its own accounting)
+    inflight_requests: int = 0
+
+    @property
+    def load(self) -> int:
+        """Requests on the server or on their way to it: what the bounded-load rule counts."""
+        return self.active_requests + self.waiting_requests + self.inflight_requests
+
+    @property
+    def room_tokens(self) -> int:
+        """KV tokens free once what this gateway sent since the scrape is admitted."""
+        return self.free_tokens - self.inflight_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class RouteChoice:
+    """Where one request goes, and why."""
+
+    server_id: str
+    matched_blocks: int  # prefix blocks it holds
+    reason: str  # "prefix", "spill", "least-loaded", "no-room": for logs and metrics
+
+
+class RoutingPolicy:
+    """Chooses a server for one request from a snapshot of the pool.
+
+    Holds no state between calls, so concurrent requests may share one instance; what keeps
+    them from piling onto one server is the caller adding each choice to that server's
+    `inflight_*` before the next snapshot.
+
+    `block_size` is the one the prompt's block hashes were made with (`router.block_hashes`).
+    """
+
+    def __init__(self, load_factor: float = 1.25, block_size: int = 16, prefix_block_cost: float = 1.0) -> None:
+        # Below 1 the bound could exclude every server (all at the mean, the mean large).
+        if load_factor < 1.0:
+            raise ValueError(f"load_factor must be at least 1, got {load_factor}")
+        if block_size < 1:
+            raise ValueError(f"block_size must be positive, got {block_size}")
+        if prefix_block_cost < 0:
+            raise ValueError(f"prefix_block_cost must be non-negative, got {prefix_block_cost}")
+        self.load_factor = load_factor
+        self.block_size = block_size
+        self.prefix_block_cost = prefix_block_cost
+
+    def choose(
+        self,
+        servers: Sequence[ServerLoad],
+        request_tokens: int,
+        matches: Mapping[str, int],
+        exclude: Collection[str] = (),
+    ) -> RouteChoice | None:
+        """The server for a request of `request_tokens` (prompt + max_tokens); None if none is eligible.
+
+        `matches` is `PrefixIndex.matches` for the prompt (servers missing from it hold none);
+        `exclude` lists servers already tried for this request (a retry after a failure).
+        """
+        if request_tokens < 0:
+            raise ValueError(f"request_tokens must be non-negative, got {request_tokens}")
+        eligible = [s for s in servers if s.state == ServerState.READY and s.server_id not in exclude]
+        if not eligible:
+            return None
+        if len({s.server_id for s in eligible}) != len(eligible):
+            raise ValueError("servers must have distinct server_ids")
+
+        def matched(server: ServerLoad) -> int:
+            return max(matches.get(server.server_id, 0), 0)
+
+        def least_loaded(server: ServerLoad) -> tuple[float, int, str]:
+            return (self._start_cost(server, request_tokens, matched(server)), server.load, server.server_id)
+
+        def choice(server: ServerLoad, reason: str) -> RouteChoice:
+            return RouteChoice(server.server_id, matched(server), reason)
+
+        candidates = [s for s in eligible if s.room_tokens >= request_tokens]
+        if not candidates:
+            return choice(min(eligible, key=least_loaded), REASON_NO_ROOM)
+
+        bound = self.load_factor * sum(s.load for s in eligible) / len(eligible) + 1
+        within = [s for s in candidates if s.load <= bound]
+        holders = [s for s in within if matched(s) > 0]
+        if holders:
+            return choice(min(holders, key=lambda s: (-matched(s), *least_loaded(s))), REASON_PREFIX)
+        if not within:
+            # The least loaded eligible server is always within the bound, but it may lack room;
+            # then room comes first: an over-bound server still starts the request sooner.
+            return choice(min(candidates, key=least_loaded), REASON_LEAST_LOADED)
+        reason = REASON_SPILL if any(matched(s) > 0 for s in candidates) else REASON_LEAST_LOADED
+        return choice(min(within, key=least_loaded), reason)
+
+    def _start_cost(self, server: ServerLoad, request_tokens: int, matched_blocks: int) -> float:
+        """Tokens of work before this request's first token on `server` (see the module docstring)."""
+        kv_in_use = max(server.capacity_tokens - server.free_tokens, 0)
+        per_waiting = kv_in_use / server.active_requests if server.active_requests > 0 else request_tokens
+        work_ahead = kv_in_use + server.inflight_tokens + server.waiting_requests * per_waiting
+        to_read = max(request_tokens - matched_blocks * self.block_size, 0)
+        return work_ahead + self.prefix_block_cost * to_read
