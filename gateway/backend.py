@@ -65,6 +65,10 @@ class GenerationRequest:
     resume_token_ids: tuple[int, ...] = ()
     # Prefix-cache isolation key (the team, once the gateway knows teams).
     cache_namespace: str = ""
+    # For routing (never sent to a server): the prompt's length in tokens and the chained
+    # hashes of its leading full blocks, namespaced like the cache (router/block_hashes.py).
+    prompt_tokens: int = 0
+    prefix_block_hashes: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,9 +22,14 @@ class ServedModel:
     max_context_tokens: int
     tokenizer: Tokenizer
 
+    def encode_prompt(self, text: str) -> list[int]:
+        """Prompt token ids, special tokens (such as BOS) included, as the servers encode it."""
+        ids: list[int] = self.tokenizer.encode(text, add_special_tokens=True).ids
+        return ids
+
     def count_tokens(self, text: str) -> int:
         """Prompt length in tokens, special tokens (such as BOS) included."""
-        return len(self.tokenizer.encode(text, add_special_tokens=True).ids)
+        return len(self.encode_prompt(text))
 
 
 class ModelCatalog:

@@ -34,6 +34,7 @@ from gateway.requests_registry import InflightRequest, RequestIdInUse, RequestRe
 from quota.admission import Admission, AdmissionRefused
 from quota.leases import Lease
 from quota.usage import UsageRecord
+from router.block_hashes import DEFAULT_MAX_BLOCKS, prompt_block_hashes
 from switchyard.config import SwitchyardConfig
 
 logger = logging.getLogger(__name__)
@@ -105,7 +106,8 @@ class GenerationService:
         team_id = require_model_access(principal, principal.team, inp.model)
         assert principal.team is not None
         request_class = inp.request_class or principal.team.default_class
-        prompt_tokens = await count_prompt_tokens(model, inp.prompt)
+        prompt_ids = await encode_prompt(model, inp.prompt)
+        prompt_tokens = len(prompt_ids)
         check_context(model, prompt_tokens, inp.max_tokens)
         public_id = inp.request_id or uuid.uuid4().hex
         scoped = scoped_id(team_id, public_id)
@@ -136,6 +138,7 @@ class GenerationService:
                 refused.param, headers,
             ) from None  # fmt: skip
         self._observe_admission(pool_id, request_class, admitting)
+        block_size = self._config.pools[pool_id].engine.block_size
         request = GenerationRequest(
             request_id=scoped,
             model_id=model.model_id,
@@ -151,6 +154,8 @@ class GenerationService:
             seed=inp.seed,
             ignore_eos=inp.ignore_eos,
             cache_namespace=team_id,
+            prompt_tokens=prompt_tokens,
+            prefix_block_hashes=tuple(prompt_block_hashes(prompt_ids, block_size, team_id, DEFAULT_MAX_BLOCKS)),
         )
         hooks = _Hooks(self._idempotency, self._admission, self._metering, team_id, public_id, request_class, lease)
         try:
@@ -297,10 +302,14 @@ class _Hooks:
         )
 
 
-async def count_prompt_tokens(model: ServedModel, prompt: str) -> int:
+async def encode_prompt(model: ServedModel, prompt: str) -> list[int]:
     if len(prompt) >= _TOKENIZE_IN_THREAD_CHARS:
-        return await asyncio.to_thread(model.count_tokens, prompt)
-    return model.count_tokens(prompt)
+        return await asyncio.to_thread(model.encode_prompt, prompt)
+    return model.encode_prompt(prompt)
+
+
+async def count_prompt_tokens(model: ServedModel, prompt: str) -> int:
+    return len(await encode_prompt(model, prompt))
 
 
 def check_context(model: ServedModel, prompt_tokens: int, max_tokens: int) -> None:

@@ -1,4 +1,7 @@
-"""`GenerationBackend` over Triton's gRPC streaming API: one client per pool, model `llm`.
+"""`GenerationBackend` over Triton's gRPC streaming API: one client per server, model `llm`.
+
+`generate()` streams from the first server of the model's pool (a pool of one server);
+`FleetBackend` (gateway/fleet_backend.py) chooses among many through `stream_on()`.
 
 Each request opens its own `ModelStreamInfer` stream carrying exactly one inference request
 (Triton request id = our request id) and reads the decoupled responses until the one with a
@@ -10,7 +13,8 @@ the KV blocks.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping
+import contextlib
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import Any, Protocol
 
 import grpc
@@ -45,7 +49,8 @@ class ResponseStream(Protocol):
 
 
 class TritonBackend:
-    """One `tritonclient.grpc.aio` client per pool; picks the first pool serving the model."""
+    """One `tritonclient.grpc.aio` client per server ("target": a pool's one server, or a
+    registered server's id); `generate` picks the first target serving the model."""
 
     def __init__(
         self,
@@ -54,8 +59,8 @@ class TritonBackend:
         retry_after_s: int = 5,
         ready_timeout_s: float = 2.0,
     ) -> None:
-        self._clients = dict(clients)  # pool_id -> InferenceServerClient (or a test double)
-        self._pool_models = dict(pool_models)  # pool_id -> model_id
+        self._clients = dict(clients)  # target -> InferenceServerClient (or a test double)
+        self._pool_models = dict(pool_models)  # target -> model_id
         self._retry_after_s = retry_after_s
         self._ready_timeout_s = ready_timeout_s
         self._streams: dict[str, ResponseStream] = {}
@@ -73,10 +78,31 @@ class TritonBackend:
         """The first pool whose model is `model_id` (the router will choose among servers)."""
         return next((pid for pid, mid in self._pool_models.items() if mid == model_id), None)
 
+    def add_target(self, target: str, client: Any, model_id: str) -> None:
+        """A server to stream from (`stream_on(target, ...)`)."""
+        self._clients[target] = client
+        self._pool_models[target] = model_id
+
+    async def remove_target(self, target: str) -> None:
+        """Forget a server (it left the fleet); its open streams end on their own."""
+        client = self._clients.pop(target, None)
+        self._pool_models.pop(target, None)
+        if client is not None:
+            await client.close()
+
+    def has_target(self, target: str) -> bool:
+        return target in self._clients
+
     async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationDelta]:
         pool_id = self.pool_for(request.model_id)
         if pool_id is None:
             raise BackendUnavailable(f"no pool serves model {request.model_id!r}", retry_after_s=self._retry_after_s)
+        async with contextlib.aclosing(self.stream_on(pool_id, request)) as deltas:
+            async for delta in deltas:
+                yield delta
+
+    async def stream_on(self, pool_id: str, request: GenerationRequest) -> AsyncGenerator[GenerationDelta, None]:
+        """Stream `request` from one target; raises BackendUnavailable / BackendError when it fails."""
         inputs = build_inputs(request)
 
         async def one_request() -> AsyncIterator[dict[str, Any]]:

@@ -66,6 +66,7 @@ async def test_body_reaches_the_backend_as_a_generation_request(client: httpx.As
             seed=7,
             ignore_eos=True,
             cache_namespace="alpha",  # a team's prompts never hit another team's prefix cache
+            prompt_tokens=4,  # for routing: the prompt is shorter than one block, so no prefix hashes
         )
     ]
 
