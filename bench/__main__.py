@@ -55,7 +55,7 @@ def run_live(names: list[str]) -> None:
         stack, teams = start_stack(config)
         try:
             if name == "s2":
-                metrics = stack.tritons["bench-small"].metrics_url
+                metrics = stack.metrics_url("bench-small")
                 bench_s2_document_full_server.run(stack.gateway_url, "bench-small", metrics, config, teams)
             else:
                 bench_s9_team_flood.run(stack.gateway_url, "bench-small", config, teams)

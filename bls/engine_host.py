@@ -8,6 +8,7 @@
                                   (not sooner than the stream interval after its previous one,
                                    except the first token and the end)
        first, every pass:         EngineLoop.stats() ──▶ publisher (only changed gauges)
+                                  heartbeat (Unix time, at most every heartbeat_interval_s)
 
 One sender thread serves every request: `drain()` merges whatever the engine wrote since the
 last pass, so a slow reader gets fewer, larger responses and the engine never waits for it.
@@ -15,6 +16,10 @@ Triton's `is_cancelled()` is polled here too, because a cancelled client sends n
 could wait on. Control requests (`cancel_request_id`) cancel a running request by id; an id
 that is not running yet is remembered for a while, so a cancel that overtakes its request
 still wins.
+
+The sender wakes at least every `cancel_poll_s` (0.2 s) even when nothing runs, so the
+heartbeat gauge advances while the stub lives: a supervisor tells a crashed stub (Triton's
+health endpoint still green) from an idle one by that gauge standing still.
 """
 
 from __future__ import annotations
@@ -82,7 +87,9 @@ class EngineHost:
         cancel_poll_s: float = 0.2,
         stream_interval_s: float = 0.0,
         max_responses_per_s: float | None = None,
+        heartbeat_interval_s: float = 0.1,
         clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self._loop = loop
         self._publisher = publisher
@@ -92,6 +99,10 @@ class EngineHost:
         self._interval_s = stream_interval_s  # this pass's interval (grows with active replies)
         self._next_send_due: float | None = None  # earliest held-back response, for the sender's sleep
         self._clock = clock
+        self._wall_clock = wall_clock
+        # Setting a gauge is a round trip to the server: a busy sender beats at most this often.
+        self._heartbeat_interval_s = heartbeat_interval_s
+        self._next_heartbeat_at = float("-inf")
         self._lock = threading.Lock()
         self._active: dict[str, _Active] = {}
         self._early_cancels: OrderedDict[str, float] = OrderedDict()  # id -> when it came
@@ -178,7 +189,8 @@ class EngineHost:
     # --- the sender --------------------------------------------------------------------------
 
     def pump(self) -> None:
-        """One pass: publish metrics, forward client cancellations, send pending outputs.
+        """One pass: publish metrics (and the heartbeat), forward client cancellations, send
+        pending outputs.
 
         Metrics go first: the stats already cover the step whose outputs are sent next, so a
         client that scrapes right after its first token sees the blocks that token holds.
@@ -186,6 +198,9 @@ class EngineHost:
         if self._publisher is not None:
             self._publisher.publish(self._loop.stats())
         now = self._clock()
+        if self._publisher is not None and now >= self._next_heartbeat_at:
+            self._next_heartbeat_at = now + self._heartbeat_interval_s
+            self._publisher.heartbeat(self._wall_clock())
         # is_cancelled() is a round trip to the Triton server: ask at most every cancel_poll_s.
         poll_cancels = now >= self._next_cancel_poll_at
         if poll_cancels:

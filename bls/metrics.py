@@ -3,6 +3,7 @@
     nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="max|free|used|tokens_per|reused"}
     nv_trt_llm_request_metrics{request_type="active|max|scheduled|context|waiting"}
     switchyard_engine_requests{request_class="interactive|bulk"}     (Switchyard's own)
+    switchyard_engine_heartbeat                  Unix time of the host's latest pass (liveness)
 
 Triton serves them on its metrics port next to its own `nv_inference_*` metrics. The Triton
 side goes through `pb_utils.MetricFamily`, passed in, so tests use a fake.
@@ -14,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from engine.stats import CLASS_METRIC, KV_CACHE_BLOCK_METRIC, REQUEST_METRIC, EngineStats
+from engine.stats import CLASS_METRIC, HEARTBEAT_METRIC, KV_CACHE_BLOCK_METRIC, REQUEST_METRIC, EngineStats
 
 _LABELS = {KV_CACHE_BLOCK_METRIC: "kv_cache_block_type", REQUEST_METRIC: "request_type", CLASS_METRIC: "request_class"}
 _DESCRIPTIONS = {
@@ -40,9 +41,12 @@ def gauge_samples(stats: EngineStats) -> list[GaugeSample]:
 
 
 class MetricsPublisher(Protocol):
-    """Where an engine host reports its stats."""
+    """Where an engine host reports its stats, and that it is still alive."""
 
     def publish(self, stats: EngineStats) -> None: ...
+
+    def heartbeat(self, unix_time: float) -> None:
+        """The host made a pass at `unix_time`: a gauge that keeps advancing while it lives."""
 
 
 class TritonEngineMetrics:
@@ -63,6 +67,13 @@ class TritonEngineMetrics:
         self._extra_labels = dict(extra_labels)
         self._gauges: dict[tuple[str, str], Any] = {}
         self._values: dict[tuple[str, str], float] = {}
+        # Triton drops a family's gauges once the family object is freed: keep it.
+        self._heartbeat_family = metric_family(
+            name=HEARTBEAT_METRIC,
+            description="Unix time of the engine host's latest pass; advances while the model's stub is alive",
+            kind=metric_family.GAUGE,
+        )
+        self._heartbeat = self._heartbeat_family.Metric(labels=self._extra_labels)
 
     def publish(self, stats: EngineStats) -> None:
         for sample in gauge_samples(stats):
@@ -75,3 +86,6 @@ class TritonEngineMetrics:
                 gauge = self._gauges[key] = self._families[sample.family].Metric(labels=labels)
             gauge.set(sample.value)
             self._values[key] = sample.value
+
+    def heartbeat(self, unix_time: float) -> None:
+        self._heartbeat.set(unix_time)

@@ -10,6 +10,13 @@ and one of Switchyard's own, which TensorRT-LLM has no name for: requests in the
 or waiting) per class, so the bulk dispatcher can tell whether people are being served there.
 
     switchyard_engine_requests{request_class = interactive | bulk}
+
+and the engine host's heartbeat (not part of the snapshot: it is the host's, not the engine's):
+the Unix time of the host's latest pass, which advances every ~0.2 s while the model's Python
+stub runs, busy or idle. Triton's /v2/health/ready stays green when a stub has crashed, so a
+supervisor reads liveness as "ready and this gauge advancing".
+
+    switchyard_engine_heartbeat
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from dataclasses import dataclass
 KV_CACHE_BLOCK_METRIC = "nv_trt_llm_kv_cache_block_metrics"
 REQUEST_METRIC = "nv_trt_llm_request_metrics"
 CLASS_METRIC = "switchyard_engine_requests"
+HEARTBEAT_METRIC = "switchyard_engine_heartbeat"
 
 
 @dataclass(frozen=True, slots=True)

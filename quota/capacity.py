@@ -101,8 +101,12 @@ class StaticCapacity:
 
 
 def config_metrics_urls(config: SwitchyardConfig, host: str = "127.0.0.1") -> dict[str, list[str]]:
-    """Today's fleet: one Triton server per pool, on the pool's configured metrics port."""
-    return {pool_id: [f"http://{host}:{pool.ports.metrics}/metrics"] for pool_id, pool in config.pools.items()}
+    """The configured fleet: `target_copies` servers per pool, copy k on the pool's metrics
+    port + 10·k (`PoolSpec.copy_ports`); a drained or dead copy just counts zero."""
+    return {
+        pool_id: [f"http://{host}:{pool.copy_ports(k).metrics}/metrics" for k in range(pool.target_copies)]
+        for pool_id, pool in config.pools.items()
+    }
 
 
 class CapacityMonitor:

@@ -1,9 +1,11 @@
 """`switchyard`: the one command-line entry point.
 
     switchyard build [--model ID]     build the models and fill each pool's Triton repository
-    switchyard triton --pool POOL     run one pool's Triton server in the foreground
+    switchyard triton --pool POOL     run one pool's Triton server in the foreground (SIGTERM drains it)
     switchyard gateway                run the HTTP gateway in the foreground
-    switchyard up                     the whole platform: Redis, Triton per pool, gateway
+    switchyard up                     the whole platform: Redis, supervised Triton servers, gateway
+    switchyard servers [--pool POOL]  every registered server: state, ports, KV use, requests
+    switchyard drain SERVER           finish a server's requests, then stop it (not restarted)
     switchyard keys create TEAM       a new API key for TEAM, printed once (also: list, revoke)
     switchyard usage [--since 24h]    usage per team, model and class
     switchyard dispatcher             run the bulk dispatcher in the foreground
@@ -40,12 +42,33 @@ def _cmd_build(config: SwitchyardConfig, args: argparse.Namespace) -> int:
 
 
 def _cmd_triton(config: SwitchyardConfig, args: argparse.Namespace) -> int:
-    from switchyard.triton_server import run_triton
+    from switchyard.config import Ports
+    from switchyard.server_process import run_triton
 
     if args.pool not in config.pools:
         print(f"unknown pool {args.pool!r}; configured: {', '.join(config.pools)}", file=sys.stderr)
         return 2
-    return run_triton(config, args.pool)
+    ports = None
+    if args.ports is not None:
+        try:
+            http, grpc, metrics = (int(port) for port in args.ports.split(","))
+            ports = Ports(http=http, grpc=grpc, metrics=metrics)
+        except ValueError:
+            print(f"--ports wants HTTP,GRPC,METRICS port numbers, got {args.ports!r}", file=sys.stderr)
+            return 2
+    return run_triton(config, args.pool, ports, copy=args.copy, server_id=args.server_id, fill=not args.no_fill)
+
+
+def _server_command(name: str) -> Callable[[SwitchyardConfig, argparse.Namespace], int]:
+    """The `switchyard.server_commands` function `name`, imported only when it runs."""
+
+    def run(config: SwitchyardConfig, args: argparse.Namespace) -> int:
+        from switchyard import server_commands
+
+        result: int = getattr(server_commands, name)(config, args)
+        return result
+
+    return run
 
 
 def _cmd_gateway(config: SwitchyardConfig, args: argparse.Namespace) -> int:
@@ -122,9 +145,20 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument("--model", help="build only this model (default: all)")
     build.set_defaults(func=_cmd_build)
 
-    triton = sub.add_parser("triton", help="run one pool's Triton server")
+    triton = sub.add_parser("triton", help="run one pool's Triton server (SIGTERM drains it, SIGINT stops it)")
     triton.add_argument("--pool", required=True)
+    triton.add_argument("--copy", type=int, default=0, help="which copy: listens on the pool's ports + 10·COPY")
+    triton.add_argument("--server-id", default=None, help="its id in the registry (marked draining on SIGTERM)")
+    triton.add_argument("--ports", default=None, help="HTTP,GRPC,METRICS instead of the copy's ports")
+    triton.add_argument("--no-fill", action="store_true", help="serve the model repository as it is")
     triton.set_defaults(func=_cmd_triton)
+
+    servers = sub.add_parser("servers", help="list the registered servers with their load")
+    servers.add_argument("--pool", default=None)
+    servers.set_defaults(func=_server_command("servers"))
+    drain = sub.add_parser("drain", help="drain a server: no new requests, finish the running ones, stop")
+    drain.add_argument("server_id", metavar="SERVER")
+    drain.set_defaults(func=_server_command("drain"))
 
     gateway = sub.add_parser("gateway", help="run the HTTP gateway")
     gateway.add_argument("--host", default=None)

@@ -74,8 +74,14 @@ class Ports(_Strict):
     metrics: Annotated[int, Field(ge=1, le=65535)]
 
 
+COPY_PORT_STRIDE = 10  # copy k of a pool listens on the pool's ports + 10·k
+
+
 class PoolSpec(_Strict):
-    """The brief's Pool record: the servers that run one model, and how each is sized."""
+    """The brief's Pool record: the servers that run one model, and how each is sized.
+
+    `ports` are copy 0's; copy k uses each of them + 10·k (`copy_ports`), so the ports
+    `make up` opens are predictable."""
 
     model_id: str
     target_copies: Annotated[int, Field(ge=0)] = 1
@@ -93,6 +99,24 @@ class PoolSpec(_Strict):
     # `llm` detokenizes in its own process (the same code as the `postprocessing` model)
     # instead of a BLS call per streamed response.
     postprocess_in_process: bool = True
+
+    def copy_ports(self, copy: int) -> Ports:
+        """The ports of copy `copy` (0-based) of this pool's servers."""
+        offset = COPY_PORT_STRIDE * copy
+        return Ports(http=self.ports.http + offset, grpc=self.ports.grpc + offset, metrics=self.ports.metrics + offset)
+
+
+class FleetSpec(_Strict):
+    """How supervisors keep servers alive and how long a drain may take."""
+
+    heartbeat_s: Annotated[float, Field(gt=0)] = 0.5  # probe every server this often
+    dead_after_s: Annotated[float, Field(gt=0)] = 2.0  # unseen this long: dead (and restarted)
+    startup_timeout_s: Annotated[float, Field(gt=0)] = 180.0  # loading longer: a failed start
+    drain_timeout_s: Annotated[float, Field(gt=0)] = 600.0  # in-flight replies get this long
+    # A draining server is stopped only after its engine has been empty this long, and no
+    # sooner than this after the drain began: gateways must have read the new state by then.
+    drain_settle_s: Annotated[float, Field(ge=0)] = 1.0
+    max_restart_backoff_s: Annotated[float, Field(ge=0)] = 30.0  # a server that keeps failing to start
 
 
 class TeamSpec(_Strict):
@@ -169,12 +193,34 @@ class SwitchyardConfig(_Strict):
     teams: dict[str, TeamSpec] = {}
     quota: QuotaSpec = QuotaSpec()
     bulk: BulkSpec = BulkSpec()
+    fleet: FleetSpec = FleetSpec()
 
     @model_validator(mode="after")
     def _pools_name_models(self) -> SwitchyardConfig:
         for pool_id, pool in self.pools.items():
             if pool.model_id not in self.models:
                 raise ValueError(f"pool {pool_id!r} names unknown model {pool.model_id!r}")
+        return self
+
+    @model_validator(mode="after")
+    def _server_ports_distinct(self) -> SwitchyardConfig:
+        """Every copy of every pool on its own ports, none of them the gateway's or Redis'."""
+        owners: dict[int, str] = {self.gateway.port: "the gateway", self.redis.port: "redis"}
+        for pool_id, pool in self.pools.items():
+            for copy in range(pool.target_copies):
+                offset = COPY_PORT_STRIDE * copy
+                bases = (("http", pool.ports.http), ("grpc", pool.ports.grpc), ("metrics", pool.ports.metrics))
+                for kind, base in bases:
+                    port = base + offset
+                    if port > 65535:
+                        raise ValueError(f"pool {pool_id!r} copy {copy}: {kind} port {port} is above 65535")
+                    owner = f"pool {pool_id!r} copy {copy} ({kind})"
+                    if port in owners:
+                        raise ValueError(
+                            f"{owner} and {owners[port]} both want port {port}: copy k uses the pool's ports "
+                            f"+ {COPY_PORT_STRIDE}·k, so pools' ports must be further apart"
+                        )
+                    owners[port] = owner
         return self
 
     @property

@@ -1,11 +1,18 @@
 """A child process the platform owns: started in its own process group with its output in a
 log file, and stopped with everything it spawned (Triton's Python stubs, uvicorn workers), so
-Ctrl-C never leaves orphans behind."""
+Ctrl-C never leaves orphans behind.
+
+A child that must not outlive its parent even when the parent is SIGKILLed (tritonserver under
+its `switchyard triton` wrapper) asks the kernel for it: `die_with_parent` (Linux
+PR_SET_PDEATHSIG). The kernel ties that to the *thread* that started the child, so start such
+a child from a thread that lives as long as the parent (the main thread).
+"""
 
 from __future__ import annotations
 
 import atexit
 import contextlib
+import ctypes
 import os
 import signal
 import subprocess
@@ -27,12 +34,14 @@ class ManagedProcess:
         log_path: Path,
         env: Mapping[str, str] | None = None,
         cwd: Path | None = None,
+        die_with_parent: bool = False,
     ) -> None:
         self.name = name
         self.argv = list(argv)
         self.log_path = log_path
         self.env = dict(env) if env is not None else None
         self.cwd = cwd
+        self.die_with_parent = die_with_parent
         self._popen: subprocess.Popen[bytes] | None = None
         self._log_offset = 0
 
@@ -56,6 +65,7 @@ class ManagedProcess:
                 env=self.env,
                 cwd=self.cwd,
                 start_new_session=True,  # own process group: stop() reaches its children
+                preexec_fn=_kill_me_with_my_parent(os.getpid()) if self.die_with_parent else None,
             )
         # A parent that exits without stop() (an exception in a script) must not leave the
         # child behind holding its ports. A SIGKILLed parent still can.
@@ -80,8 +90,14 @@ class ManagedProcess:
         """The end of this run's log, for error messages that say what went wrong."""
         return f"--- {self.log_path} (tail) ---\n{self.log_text()[-max_chars:]}"
 
-    def stop(self, timeout_s: float = 15.0) -> int | None:
-        """SIGTERM the whole group, wait up to `timeout_s`, then SIGKILL what is left.
+    def send_signal(self, sig: signal.Signals) -> None:
+        """Signal the process itself (not its group), e.g. SIGTERM to ask it to drain."""
+        if self._popen is not None and self._popen.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                self._popen.send_signal(sig)
+
+    def stop(self, timeout_s: float = 15.0, sig: signal.Signals = signal.SIGTERM) -> int | None:
+        """Send `sig` to the whole group, wait up to `timeout_s`, then SIGKILL what is left.
 
         Returns the exit code, or None if the process was not running."""
         popen, self._popen = self._popen, None
@@ -90,7 +106,7 @@ class ManagedProcess:
         atexit.unregister(self.stop)
         pgid = popen.pid  # start_new_session: the child leads its own group
         if popen.poll() is None:
-            _signal_group(pgid, signal.SIGTERM)
+            _signal_group(pgid, sig)
             try:
                 popen.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
@@ -111,6 +127,20 @@ class ManagedProcess:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+def _kill_me_with_my_parent(parent_pid: int) -> Callable[[], None]:
+    """A preexec_fn: SIGKILL this child when the thread that started it exits."""
+
+    prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved before the fork
+    pr_set_pdeathsig = 1
+
+    def arm() -> None:
+        prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent_pid:  # the parent died before prctl took effect
+            os._exit(1)
+
+    return arm
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:

@@ -4,7 +4,8 @@
 the end-to-end tests use the same `Stack` so they measure what `make up` runs.
 
     Stack.start():  redis-server ─▶ API keys (var/dev-api-key, var/admin-api-key)
-                    ─▶ tritonserver per pool (parallel starts) ─▶ gateway ─▶ dispatcher
+                    ─▶ supervisor: target_copies tritonservers per pool (all started side by
+                       side, registered in Redis, restarted when they die) ─▶ gateway ─▶ dispatcher
     Stack.stop():   the reverse, every process group killed: no orphans
 """
 
@@ -13,27 +14,27 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
 
 import redis
 
-from build_engines.repository import fill_repository
 from quota.key_files import DEV_TEAM, dev_key_path, ensure_admin_key, ensure_dev_key
 from quota.keys import SyncKeyStore
 from switchyard.config import SwitchyardConfig, dump_config
+from switchyard.ports import ConfiguredPorts
 from switchyard.process import ManagedProcess, http_ok, wait_until
 from switchyard.redis_server import RedisServer
 from switchyard.signals import stop_on_signals
-from switchyard.triton_server import TritonServer
+from switchyard.supervisor_thread import SupervisorThread
 
 
 class Stack:
     """Start and stop the platform's processes for `config`, on the ports it names.
 
-    `pool_ids` limits which pools get a server (default: every pool with target_copies > 0);
+    `pool_ids` limits which pools get servers (default: every pool with target_copies > 0);
     `gateway_port` overrides the file's. The models must have been built (`switchyard build`).
+    Copy k of a pool listens on the pool's ports + 10·k (`ports`, `metrics_url`).
     """
 
     def __init__(
@@ -52,7 +53,8 @@ class Stack:
             if with_redis
             else None
         )
-        self.tritons: dict[str, TritonServer] = {}
+        self.ports = ConfiguredPorts(config)
+        self.supervisor: SupervisorThread | None = None
         self.gateway: ManagedProcess | None = None
         self.dispatcher: ManagedProcess | None = None
         self.admin_key_path: Path | None = None
@@ -67,7 +69,7 @@ class Stack:
             if self.redis is not None:
                 self.redis.start()
                 self.ensure_keys()
-            self._start_tritons()
+            self._start_servers(timeout_s)
             self._start_gateway(timeout_s)
             self.start_dispatcher()
         except BaseException:
@@ -87,20 +89,21 @@ class Stack:
         finally:
             client.close()
 
-    def _start_tritons(self) -> None:
-        for pool_id in self.pool_ids:
-            repository = fill_repository(self.config, pool_id)
-            self.tritons[pool_id] = TritonServer(
-                repository, self.config.pools[pool_id].ports, var_dir=self.config.var_path, name=pool_id
-            )
-        # Servers load their models independently: start them side by side.
-        with ThreadPoolExecutor(max_workers=max(1, len(self.tritons))) as pool:
-            for future in [pool.submit(server.start) for server in self.tritons.values()]:
-                future.result()
+    def _start_servers(self, timeout_s: float) -> None:
+        self.supervisor = SupervisorThread(
+            self.config, self.ports, pool_ids=self.pool_ids, config_path=self._config_path()
+        )
+        self.supervisor.start(timeout_s)
+
+    def metrics_url(self, pool_id: str, copy: int = 0) -> str:
+        """Prometheus URL of copy `copy` of the pool's servers."""
+        return f"http://127.0.0.1:{self.ports.ports(pool_id, copy).metrics}/metrics"
+
+    def _config_path(self) -> Path:
+        return dump_config(self.config, self.config.var_path / "run" / "switchyard.yaml")
 
     def _environment(self) -> dict[str, str]:
-        config_path = dump_config(self.config, self.config.var_path / "run" / "switchyard.yaml")
-        return {**os.environ, "SWITCHYARD_CONFIG": str(config_path), "PYTHONUNBUFFERED": "1"}
+        return {**os.environ, "SWITCHYARD_CONFIG": str(self._config_path()), "PYTHONUNBUFFERED": "1"}
 
     def start_dispatcher(self) -> None:
         """The bulk dispatcher, submitting through this stack's gateway (tests restart it)."""
@@ -133,8 +136,9 @@ class Stack:
         return http_ok(f"{self.gateway_url}/readyz")
 
     def dead_processes(self) -> list[str]:
-        """Names of processes that have exited while the stack should be running."""
-        dead = [f"triton {pid}" for pid, server in self.tritons.items() if server.poll() is not None]
+        """Names of processes that have exited while the stack should be running (a dead
+        Triton server is not one: the supervisor restarts it)."""
+        dead = [] if self.supervisor is None or self.supervisor.alive() else ["supervisor"]
         if self.gateway is not None and not self.gateway.alive():
             dead.append("gateway")
         if self.dispatcher is not None and not self.dispatcher.alive():
@@ -148,9 +152,9 @@ class Stack:
         if self.gateway is not None:
             self.gateway.stop()
             self.gateway = None
-        for server in self.tritons.values():
-            server.stop()
-        self.tritons.clear()
+        if self.supervisor is not None:
+            self.supervisor.stop()
+            self.supervisor = None
         if self.redis is not None:
             self.redis.stop()
 
@@ -178,7 +182,8 @@ def ready_message(stack: Stack, model_id: str) -> str:
         f"  curl -N {url}/v1/generate \\\n    {headers} \\\n"
         f'    -d \'{{"model": "{model_id}", "prompt": "Hello there", "max_tokens": 32, '
         f'"stream": true}}\'\n\n'
-        f"  Batches: switchyard batches submit FILE.jsonl --model {model_id} --deadline 6h  (docs/batches.md)\n\n"
+        f"  Batches: switchyard batches submit FILE.jsonl --model {model_id} --deadline 6h  (docs/batches.md)\n"
+        f"  Servers: switchyard servers; drain one: switchyard drain SERVER\n\n"
         f"{keys}.\nCtrl-C stops everything.\n"
     )
 

@@ -1,5 +1,8 @@
 """Run the real `tritonserver` that ships in the `nvidia-pytriton` wheel, for one pool.
 
+(`switchyard triton`, the process that owns one server and drains it on SIGTERM, is
+`switchyard.server_process`.)
+
     site-packages/pytriton/tritonserver/            var/triton/backends/python/     (built here)
       bin/tritonserver                                libtriton_python.so            <- copied
       backends/python/libtriton_python.so  ────────▶  triton_python_backend_utils.py <- copied
@@ -15,16 +18,15 @@ processes; nothing is left orphaned. Its output goes to `var/logs/triton-<name>.
 from __future__ import annotations
 
 import re
-import socket
-import sys
+import threading
 import time
 import uuid
 from pathlib import Path
 from types import TracebackType
 
-from switchyard.config import Ports, SwitchyardConfig
+from switchyard.config import Ports
+from switchyard.ports import port_free
 from switchyard.process import ManagedProcess, http_ok
-from switchyard.signals import stop_on_signals
 from switchyard.triton_install import TritonInstall, prepare_backend_dir, server_env
 
 _GLOG_ERROR = re.compile(r"^E\d{4} ")
@@ -54,6 +56,7 @@ class TritonServer:
         startup_timeout_s: float = 180.0,
         exit_timeout_s: int = 3,
         extra_args: tuple[str, ...] = (),
+        die_with_parent: bool = False,
     ) -> None:
         self.repository = repository
         self.ports = ports
@@ -64,6 +67,7 @@ class TritonServer:
         self._startup_timeout_s = startup_timeout_s
         self._exit_timeout_s = exit_timeout_s
         self._extra_args = extra_args
+        self._die_with_parent = die_with_parent  # see ManagedProcess: start it from the main thread
         self._process: ManagedProcess | None = None
 
     @property
@@ -107,8 +111,9 @@ class TritonServer:
             *self._extra_args,
         ]
 
-    def start(self) -> None:
-        """Launch the server and wait until it is ready; TritonStartError otherwise."""
+    def start(self, cancel: threading.Event | None = None) -> None:
+        """Launch the server and wait until it is ready; TritonStartError otherwise (also when
+        `cancel` is set meanwhile: the server is stopped)."""
         if self._process is not None and self._process.alive():
             raise RuntimeError(f"triton server {self.name!r} already started")
         if not (self.repository / "llm" / "config.pbtxt").is_file():
@@ -122,10 +127,11 @@ class TritonServer:
             self.log_path,
             env=server_env(install),
             cwd=self.var_dir,
+            die_with_parent=self._die_with_parent,
         )
         self._process.start()
         try:
-            self.wait_ready(self._startup_timeout_s)
+            self.wait_ready(self._startup_timeout_s, cancel)
         except BaseException:
             self.stop()
             raise
@@ -133,22 +139,20 @@ class TritonServer:
     def _check_ports_free(self) -> None:
         """Refuse to start on a taken port: readiness would be answered by the other server."""
         for kind, port in (("http", self.ports.http), ("grpc", self.ports.grpc), ("metrics", self.ports.metrics)):
-            with socket.socket() as probe:
-                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                try:
-                    probe.bind((self.host, port))
-                except OSError as exc:
-                    raise TritonStartError(
-                        f"{kind} port {port} on {self.host} is taken ({exc.strerror}): another server runs there; "
-                        "stop it or choose other ports"
-                    ) from None
+            if not port_free(self.host, port):
+                raise TritonStartError(
+                    f"{kind} port {port} on {self.host} is taken: another server runs there; "
+                    "stop it or choose other ports"
+                )
 
     def is_ready(self) -> bool:
         return http_ok(f"{self.http_url}/v2/health/ready")
 
-    def wait_ready(self, timeout_s: float) -> None:
+    def wait_ready(self, timeout_s: float, cancel: threading.Event | None = None) -> None:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
+            if cancel is not None and cancel.is_set():
+                raise TritonStartError(f"start of tritonserver {self.name!r} cancelled")
             code = self.poll()
             if code is not None:
                 raise TritonStartError(f"tritonserver {self.name!r} exited with code {code}\n{self.log_tail()}")
@@ -190,37 +194,3 @@ class TritonServer:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
-
-
-def run_triton(config: SwitchyardConfig, pool_id: str, ports: Ports | None = None, *, fill: bool = True) -> int:
-    """`switchyard triton --pool POOL`: fill the pool's repository, serve until SIGTERM/SIGINT.
-
-    Returns a process exit code: 0 after a signal, 1 if the server did not start (the reason,
-    with the log's error lines, on stderr), the server's own code if it died.
-    """
-    from build_engines.repository import fill_repository
-
-    if pool_id not in config.pools:
-        raise KeyError(f"unknown pool {pool_id!r}; switchyard.yaml has {sorted(config.pools)}")
-    repository = fill_repository(config, pool_id) if fill else config.pool_repository(pool_id)
-    server = TritonServer(repository, ports or config.pools[pool_id].ports, var_dir=config.var_path, name=pool_id)
-    with stop_on_signals() as stop:
-        try:
-            server.start()
-        except TritonStartError as exc:
-            print(f"tritonserver for pool {pool_id!r} did not start: {exc}", file=sys.stderr, flush=True)
-            return 1
-        try:
-            print(
-                f"triton pool {pool_id!r} ready: http {server.http_url}, grpc {server.grpc_url}, "
-                f"metrics {server.metrics_url}, log {server.log_path}",
-                flush=True,
-            )
-            while not stop.wait(0.5):
-                code = server.poll()
-                if code is not None:
-                    print(f"tritonserver exited with code {code}\n{server.log_tail()}", file=sys.stderr, flush=True)
-                    return code or 1
-            return 0
-        finally:
-            server.stop()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 
 import numpy as np
@@ -72,9 +73,13 @@ class Clock:
 class Publisher:
     def __init__(self) -> None:
         self.published: list[EngineStats] = []
+        self.heartbeats: list[float] = []
 
     def publish(self, stats: EngineStats) -> None:
         self.published.append(stats)
+
+    def heartbeat(self, unix_time: float) -> None:
+        self.heartbeats.append(unix_time)
 
 
 def request_inputs(max_tokens: int = 4) -> DictTensorSource:
@@ -262,3 +267,32 @@ def test_sender_thread_wakes_on_engine_output() -> None:
         assert sink.tokens() == [[9]]
     finally:
         host.stop(timeout=1.0)
+
+
+def test_heartbeat_is_the_wall_clock_at_most_every_interval() -> None:
+    loop, clock, publisher = FakeLoop(), Clock(), Publisher()
+    wall = iter([1000.0, 1000.5, 1001.0])
+    host = EngineHost(loop, publisher, heartbeat_interval_s=0.1, clock=clock, wall_clock=lambda: next(wall))
+    host.pump()  # t=0: beats
+    clock.now = 0.05
+    host.pump()  # too soon: stats only
+    clock.now = 0.1
+    host.pump()
+    clock.now = 0.3
+    host.pump()
+    assert publisher.heartbeats == [1000.0, 1000.5, 1001.0]
+    assert len(publisher.published) == 4
+
+
+def test_an_idle_host_keeps_beating() -> None:
+    """Nothing runs and nothing wakes the sender: its own poll still makes passes, so a
+    supervisor sees the heartbeat advance while the stub lives."""
+    loop, publisher = FakeLoop(), Publisher()
+    host = EngineHost(loop, publisher)  # the defaults model.py uses
+    host.start()
+    try:
+        time.sleep(0.7)
+    finally:
+        host.stop(timeout=1.0)
+    assert len(publisher.heartbeats) >= 3  # a pass every cancel_poll_s (0.2 s)
+    assert publisher.heartbeats == sorted(publisher.heartbeats)

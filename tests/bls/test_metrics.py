@@ -67,6 +67,7 @@ def test_triton_publisher_sets_labelled_gauges() -> None:
         "nv_trt_llm_kv_cache_block_metrics",
         "nv_trt_llm_request_metrics",
         "switchyard_engine_requests",
+        "switchyard_engine_heartbeat",
     }
     assert all(f.kind == "gauge" for f in families.values())
     kv = {m.labels["kv_cache_block_type"]: m for m in families["nv_trt_llm_kv_cache_block_metrics"].metrics}
@@ -86,3 +87,14 @@ def test_only_changed_values_are_set() -> None:
     metrics.publish(EngineStats(100, 80, 20, 16, 3, 2, 8, 2, 1, 4))
     assert kv["max"].value is None
     assert kv["free"].value == 80
+
+
+def test_heartbeat_sets_one_gauge_with_the_model_labels() -> None:
+    CREATED.clear()
+    metrics = TritonEngineMetrics(FakeMetricFamily, {"model": "cpu_engine", "version": "1"})
+    metrics.heartbeat(1700000000.25)
+    metrics.heartbeat(1700000000.5)
+    (family,) = [f for f in CREATED if f.name == "switchyard_engine_heartbeat"]
+    (gauge,) = family.metrics
+    assert gauge.labels == {"model": "cpu_engine", "version": "1"}
+    assert gauge.value == 1700000000.5

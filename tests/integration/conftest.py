@@ -101,15 +101,30 @@ def tiny_pool_config(root: Path) -> SwitchyardConfig:
     )
 
 
+@dataclass(frozen=True)
+class TinyModel:
+    """The tiny model, built once per session, and a one-pool configuration that serves it."""
+
+    config: SwitchyardConfig
+    model_dir: Path
+
+
 @pytest.fixture(scope="session")
-def triton_pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonPool]:
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> TinyModel:
+    """Built, not served: for tests that start servers of their own (the supervisor's)."""
     root = tmp_path_factory.mktemp("triton_pool")
     config = tiny_pool_config(root)
     model_dir = build_model(MODEL_ID, config.models[MODEL_ID], config.model_dir(MODEL_ID), log=lambda _: None)
+    return TinyModel(config, model_dir)
+
+
+@pytest.fixture(scope="session")
+def triton_pool(tiny_model: TinyModel) -> Iterator[TritonPool]:
+    config = tiny_model.config
     repository = fill_repository(config, POOL_ID)
     server = TritonServer(repository, config.pools[POOL_ID].ports, var_dir=config.var_path, name=POOL_ID)
     with server:
-        yield TritonPool(POOL_ID, MODEL_ID, model_dir, config, server)
+        yield TritonPool(POOL_ID, MODEL_ID, tiny_model.model_dir, config, server)
 
 
 @dataclass(frozen=True)

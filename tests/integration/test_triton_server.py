@@ -62,7 +62,7 @@ def test_run_triton_serves_until_sigterm_and_leaves_no_process(triton_pool, tmp_
     script = (
         "import sys\n"
         "from switchyard.config import Ports\n"
-        "from switchyard.triton_server import run_triton\n"
+        "from switchyard.server_process import run_triton\n"
         f"config = __import__('pickle').loads({__import__('pickle').dumps(triton_pool.config)!r})\n"
         f"sys.exit(run_triton(config, {triton_pool.pool_id!r}, Ports(http={http}, grpc={grpc}, metrics={metrics})))\n"
     )

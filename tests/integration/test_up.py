@@ -1,5 +1,7 @@
-"""`switchyard up` as a person runs it: everything starts, the printed curl works, Ctrl-C
-stops every process it started (no orphaned tritonserver, stub, gateway, dispatcher or redis-server)."""
+"""`switchyard up` as a person runs it: everything starts (two servers of the pool, registered),
+the printed curl works, `switchyard servers` lists the servers and `switchyard drain` takes one
+away, Ctrl-C stops every process it started (no orphaned tritonserver, stub, gateway,
+dispatcher or redis-server)."""
 
 from __future__ import annotations
 
@@ -41,7 +43,9 @@ def _descendants(pid: int) -> set[int]:
 def test_up_serves_and_ctrl_c_leaves_nothing_behind(triton_pool, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     base = triton_pool.config
     http, grpc, metrics, gateway_port, redis_port, bulk_metrics = free_ports(6)
-    pool = base.pools[triton_pool.pool_id].model_copy(update={"ports": Ports(http=http, grpc=grpc, metrics=metrics)})
+    pool = base.pools[triton_pool.pool_id].model_copy(
+        update={"ports": Ports(http=http, grpc=grpc, metrics=metrics), "target_copies": 2}
+    )
     config = base.model_copy(
         update={
             "pools": {"up-tiny": pool},
@@ -88,6 +92,16 @@ def test_up_serves_and_ctrl_c_leaves_nothing_behind(triton_pool, tmp_path: Path)
         assert reply.status_code == 200, reply.text
         assert reply.json()["usage"]["completion_tokens"] == 8
 
+        listed = _switchyard(config_path, "servers")
+        assert [row.split()[:3] for row in listed.splitlines()[2:]] == [
+            ["up-tiny-0", "up-tiny", "ready"],
+            ["up-tiny-1", "up-tiny", "ready"],
+        ], listed
+        assert f"{http + 10}" in listed  # copy 1: the pool's ports + 10
+        assert "drain" in _switchyard(config_path, "drain", "up-tiny-1")
+        assert wait_until(lambda: "up-tiny-1" not in _switchyard(config_path, "servers"), 30), "not drained"
+        assert "up-tiny-0" in _switchyard(config_path, "servers")
+
         up.send_signal(signal.SIGINT)  # what Ctrl-C delivers
         assert up.wait(timeout=60) == 0
         assert wait_until(lambda: not any(_pid_alive(pid) for pid in children), 10), "orphans left running"
@@ -95,6 +109,17 @@ def test_up_serves_and_ctrl_c_leaves_nothing_behind(triton_pool, tmp_path: Path)
         if up.poll() is None:
             up.kill()
             up.wait()
+
+
+def _switchyard(config_path: Path, *args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "switchyard.cli", "--config", str(config_path), *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
 
 
 def _cmdline(pid: int) -> str:

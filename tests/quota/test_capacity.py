@@ -55,9 +55,12 @@ def test_engines_on_one_server_add_up_and_no_gauge_is_zero() -> None:
     assert parse_kv_capacity("") == 0
 
 
-def test_config_gives_one_metrics_url_per_pool() -> None:
+def test_config_gives_one_metrics_url_per_copy() -> None:
     urls = config_metrics_urls(load_config())
-    assert urls == {"small": ["http://127.0.0.1:8103/metrics"], "large": ["http://127.0.0.1:8203/metrics"]}
+    assert urls == {
+        "small": ["http://127.0.0.1:8103/metrics", "http://127.0.0.1:8113/metrics"],
+        "large": ["http://127.0.0.1:8203/metrics", "http://127.0.0.1:8213/metrics"],
+    }
 
 
 async def test_monitor_sums_ready_servers_and_counts_unreachable_ones_zero() -> None:

@@ -1,0 +1,105 @@
+"""`switchyard servers` and `switchyard drain`: the fleet in the registry of switchyard.yaml's Redis.
+
+switchyard servers [--pool P]   id, pool, state, pid, ports, KV in use, running and waiting
+                                requests (the registry, plus a scrape of each server's metrics)
+switchyard drain SERVER         mark it DRAINING: its supervisor SIGTERMs it, it finishes its
+                                requests and stops; it is not restarted
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+
+import httpx
+import redis
+import redis.asyncio
+
+from router.registry import ServerInfo, ServerRegistry
+from router.server_health import EngineHealth, parse_engine_health
+from switchyard.config import SwitchyardConfig
+from switchyard.quota_commands import format_table
+
+_HEAD = ("server", "pool", "state", "pid", "http", "grpc", "metrics", "kv used", "running", "waiting", "seen")
+
+
+def servers(config: SwitchyardConfig, args: argparse.Namespace) -> int:
+    try:
+        found = asyncio.run(_servers_with_health(config, args.pool))
+    except (OSError, redis.RedisError) as exc:
+        return _unreachable(config, exc)
+    if not found:
+        print("no servers registered" + (f" in pool {args.pool!r}" if args.pool else ""), file=sys.stderr)
+        return 0
+    now = time.time()
+    print(format_table(_HEAD, [server_row(info, health, now) for info, health in found]))
+    return 0
+
+
+def drain(config: SwitchyardConfig, args: argparse.Namespace) -> int:
+    async def request() -> bool:
+        client = redis.asyncio.Redis.from_url(config.redis.url)
+        try:
+            return await ServerRegistry(client, config.fleet.dead_after_s).request_drain(args.server_id)
+        finally:
+            await client.aclose()
+
+    try:
+        marked = asyncio.run(request())
+    except (OSError, redis.RedisError) as exc:
+        return _unreachable(config, exc)
+    if not marked:
+        print(f"no server {args.server_id!r} is registered (`switchyard servers` lists them)", file=sys.stderr)
+        return 2
+    print(
+        f"{args.server_id}: draining. It takes no new requests, finishes the running ones, then stops "
+        "and leaves `switchyard servers`."
+    )
+    return 0
+
+
+def server_row(info: ServerInfo, health: EngineHealth | None, now: float) -> list[str]:
+    """One line of `switchyard servers`; load columns are "-" when its metrics are unreadable."""
+    used = health.used_fraction if health is not None else None
+    return [
+        info.server_id,
+        info.pool_id,
+        info.state.value,
+        str(info.pid) if info.pid is not None else "-",
+        str(info.http_port),
+        str(info.grpc_port),
+        str(info.metrics_port),
+        f"{used:.0%}" if used is not None else "-",
+        str(health.active) if health is not None else "-",
+        str(health.waiting) if health is not None else "-",
+        f"{max(0.0, now - info.heartbeat_at):.1f}s ago",
+    ]
+
+
+async def _servers_with_health(
+    config: SwitchyardConfig, pool_id: str | None
+) -> list[tuple[ServerInfo, EngineHealth | None]]:
+    client = redis.asyncio.Redis.from_url(config.redis.url)
+    try:
+        infos = await ServerRegistry(client, config.fleet.dead_after_s).servers(pool_id)
+    finally:
+        await client.aclose()
+    async with httpx.AsyncClient() as http:
+        healths = await asyncio.gather(*(_scrape(http, info.metrics_url) for info in infos))
+    return list(zip(infos, healths, strict=True))
+
+
+async def _scrape(http: httpx.AsyncClient, url: str) -> EngineHealth | None:
+    try:
+        response = await http.get(url, timeout=2.0)
+        response.raise_for_status()
+        return parse_engine_health(response.text)
+    except (httpx.HTTPError, ValueError):
+        return None
+
+
+def _unreachable(config: SwitchyardConfig, exc: Exception) -> int:
+    print(f"cannot reach redis at {config.redis.url} ({exc}); is the platform up (`make up`)?", file=sys.stderr)
+    return 1

@@ -1,0 +1,218 @@
+"""The supervisor with real tritonservers and a real Redis: two copies of a pool come up ready; a
+killed one is marked dead and relaunched; a drained one finishes its in-flight stream, then
+stops and leaves the registry; SIGTERM to a server's process drains it the same way.
+
+One fleet for the whole story (each start of a server costs seconds on two cores)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pytest
+import redis.asyncio as aioredis
+import tritonclient.grpc.aio as grpcclient
+from tritonclient.utils import np_to_triton_dtype
+
+from router.registry import ServerInfo, ServerRegistry
+from router.routing_policy import ServerState
+from switchyard.config import FleetSpec, RedisSpec, SwitchyardConfig
+from switchyard.ports import FreePorts
+from switchyard.supervisor import Supervisor
+
+pytestmark = pytest.mark.integration
+
+POOL = "fleet-tiny"
+
+
+def fleet_config(base: SwitchyardConfig, redis_url: str, var_dir: Path) -> SwitchyardConfig:
+    """The session's tiny model in a pool of two copies, with this test's Redis and var folder."""
+    pool = next(iter(base.pools.values())).model_copy(update={"target_copies": 2})
+    port = int(redis_url.rsplit(":", 1)[1].split("/")[0])
+    return base.model_copy(
+        update={
+            "pools": {POOL: pool},
+            "redis": RedisSpec(port=port),
+            "var_dir": str(var_dir),
+            "fleet": FleetSpec(drain_settle_s=0.5),
+        }
+    )
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], timeout_s: float, interval_s: float = 0.05) -> float:
+    """Seconds until `check()` held; fails the test after `timeout_s`."""
+    began = time.monotonic()
+    while not await check():
+        if time.monotonic() - began > timeout_s:
+            raise AssertionError(f"not true after {timeout_s} s")
+        await asyncio.sleep(interval_s)
+    return time.monotonic() - began
+
+
+@dataclass
+class Stream:
+    """A streamed `llm` reply, as it arrives."""
+
+    tokens: int = 0
+    finish_reason: str = ""
+    finished: bool = False
+    error: str | None = None
+    first_token: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+async def stream_llm(grpc_url: str, max_tokens: int, reply: Stream) -> None:
+    def tensor(name: str, array: np.ndarray) -> grpcclient.InferInput:
+        value = grpcclient.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
+        value.set_data_from_numpy(array)
+        return value
+
+    inputs = [
+        tensor("text_input", np.array([b"Drain me gently"], dtype=np.object_)),
+        tensor("max_tokens", np.array([max_tokens], dtype=np.int32)),
+        tensor("ignore_eos", np.array([True])),
+    ]
+
+    async def requests() -> AsyncIterator[dict[str, object]]:
+        yield {"model_name": "llm", "inputs": inputs, "request_id": "drained", "enable_empty_final_response": True}
+
+    client = grpcclient.InferenceServerClient(grpc_url)
+    try:
+        async for result, error in client.stream_infer(requests()):
+            if error is not None:
+                reply.error = str(error)
+                return
+            if result.as_numpy("output_token_ids") is not None:
+                reply.tokens += len(result.as_numpy("output_token_ids"))
+                reply.finish_reason = result.as_numpy("finish_reason")[0].decode()
+                reply.first_token.set()
+            if result.get_response().parameters["triton_final_response"].bool_param:
+                reply.finished = True
+                return
+    finally:
+        await client.close()
+
+
+def tritonserver_pid(wrapper_pid: int) -> int:
+    return int(subprocess.check_output(["pgrep", "-P", str(wrapper_pid), "tritonserver"]).split()[0])
+
+
+def engine_stub_pid(server_pid: int) -> int:
+    """The Python stub of `cpu_engine` (Triton's child whose command line names its model.py)."""
+    return int(subprocess.check_output(["pgrep", "-P", str(server_pid), "-f", "cpu_engine/1/model.py"]).split()[0])
+
+
+async def _gone(pid: int) -> bool:
+    return gone(pid)
+
+
+def gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+
+
+async def test_a_fleet_restarts_the_dead_and_drains_on_request_or_sigterm(
+    tiny_model,  # type: ignore[no-untyped-def]
+    redis_url: str,
+    tmp_path: Path,
+) -> None:
+    config = fleet_config(tiny_model.config, redis_url, tmp_path / "var")
+    client = aioredis.Redis.from_url(redis_url)
+    registry = ServerRegistry(client, config.fleet.dead_after_s)
+    supervisor = Supervisor(config, registry, FreePorts())
+    watch: asyncio.Task[None] | None = None
+
+    async def server(server_id: str) -> ServerInfo | None:
+        return await registry.get(server_id)
+
+    async def state_is(server_id: str, state: ServerState) -> bool:
+        info = await server(server_id)
+        return info is not None and info.state is state
+
+    try:
+        began = time.monotonic()
+        await supervisor.start(timeout_s=120)
+        print(f"two servers ready in {time.monotonic() - began:.1f} s")
+        infos = await registry.servers(POOL)
+        assert [(s.server_id, s.state) for s in infos] == [
+            (f"{POOL}-0", ServerState.READY),
+            (f"{POOL}-1", ServerState.READY),
+        ]
+        assert len({s.grpc_port for s in infos}) == 2
+        first, second = supervisor.copies()
+        assert [s.pid for s in infos] == [first.pid, second.pid]
+        watch = asyncio.create_task(supervisor.run())
+
+        # SIGKILL the first one's tritonserver, and the second one's own process (its
+        # tritonserver dies with it): each is dead within ~2 s, then relaunched on its ports.
+        old_pids = [first.pid, second.pid]
+        assert None not in old_pids
+        orphan = tritonserver_pid(second.pid)  # type: ignore[arg-type]
+        os.kill(tritonserver_pid(first.pid), signal.SIGKILL)  # type: ignore[arg-type]
+        os.kill(second.pid, signal.SIGKILL)  # type: ignore[arg-type]
+        for copy in (first, second):
+            to_dead = await eventually(lambda c=copy: state_is(c.server_id, ServerState.DEAD), 5)
+            assert to_dead < 2.5, (copy.server_id, to_dead)
+        assert await eventually(lambda: _gone(orphan), 2) < 2, "a tritonserver outlived its process"
+        for copy in (first, second):
+            to_ready = await eventually(lambda c=copy: state_is(c.server_id, ServerState.READY), 90)
+        print(f"SIGKILL: dead after {to_dead:.1f} s, ready again {to_ready:.1f} s later")
+        assert [first.pid, second.pid] != old_pids and None not in (first.pid, second.pid)
+        assert [s.grpc_port for s in await registry.servers(POOL)] == [s.grpc_port for s in infos]  # same ports
+
+        # SIGKILL the first one's engine stub: Triton still answers ready, but the engine
+        # heartbeat stops, so it is dead within ~2 s and relaunched all the same.
+        stub = engine_stub_pid(tritonserver_pid(first.pid))  # type: ignore[arg-type]
+        os.kill(stub, signal.SIGKILL)
+        to_dead = await eventually(lambda: state_is(f"{POOL}-0", ServerState.DEAD), 5)
+        assert to_dead < 3.0, to_dead
+        await eventually(lambda: state_is(f"{POOL}-0", ServerState.READY), 90)
+        print(f"engine stub SIGKILL: dead after {to_dead:.1f} s")
+
+        # Drain the second one while a reply streams from it: the reply completes, then it goes.
+        reply = Stream()
+        streaming = asyncio.create_task(stream_llm(infos[1].grpc_url, 1000, reply))
+        await asyncio.wait_for(reply.first_token.wait(), 30)
+        second_pid = second.pid
+        assert second_pid is not None
+        assert await registry.request_drain(f"{POOL}-1")
+
+        async def signalled() -> bool:  # the supervisor has sent its process SIGTERM
+            return second.state is ServerState.DRAINING
+
+        await eventually(signalled, 2)
+        assert not reply.finished, "the reply ended before the drain began: make it longer"
+        drained_in = await eventually(lambda: _deregistered(registry, f"{POOL}-1"), 60)
+        await asyncio.wait_for(streaming, 5)
+        print(f"drain with a stream in flight: deregistered after {drained_in:.1f} s")
+        assert reply.error is None and reply.finished
+        assert (reply.tokens, reply.finish_reason) == (1000, "length")
+        assert gone(second_pid)
+        assert [c.server_id for c in supervisor.copies()] == [f"{POOL}-0"]  # not relaunched
+
+        # SIGTERM to the first one's process: it marks itself draining, then goes the same way.
+        wrapper_pid = first.pid
+        os.kill(wrapper_pid, signal.SIGTERM)
+        await eventually(lambda: state_is(f"{POOL}-0", ServerState.DRAINING), 5)
+        await eventually(lambda: _deregistered(registry, f"{POOL}-0"), 30)
+        assert gone(wrapper_pid)
+        await asyncio.sleep(config.fleet.heartbeat_s * 2)
+        assert supervisor.copies() == [] and await registry.servers(POOL) == []
+    finally:
+        if watch is not None:
+            watch.cancel()
+        await supervisor.stop()
+        await client.aclose()
+
+
+async def _deregistered(registry: ServerRegistry, server_id: str) -> bool:
+    return await registry.get(server_id) is None

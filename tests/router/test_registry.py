@@ -1,0 +1,123 @@
+"""ServerRegistry against a real redis-server: records, heartbeat ageing, one-way drains."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import replace
+
+import pytest
+import redis.asyncio as aioredis
+
+from router.registry import SERVERS_KEY, ServerInfo, ServerRegistry, server_key
+from router.routing_policy import ServerState
+
+pytestmark = pytest.mark.integration
+
+T0 = 1_700_000_000.0
+
+
+def info(server_id: str = "small-0", pool_id: str = "small", **changes: object) -> ServerInfo:
+    base = ServerInfo(
+        server_id=server_id,
+        pool_id=pool_id,
+        host="127.0.0.1",
+        http_port=8101,
+        grpc_port=8102,
+        metrics_port=8103,
+        gpus=(0, 3),
+        state=ServerState.STARTING,
+        started_at=T0,
+        heartbeat_at=T0,
+        pid=4242,
+    )
+    return replace(base, **changes)  # type: ignore[arg-type]
+
+
+@pytest.fixture()
+async def registry(redis_url: str) -> AsyncIterator[ServerRegistry]:
+    client = aioredis.Redis.from_url(redis_url)
+    yield ServerRegistry(client, dead_after_s=2.0)
+    await client.aclose()
+
+
+async def test_a_registered_server_reads_back_whole(registry: ServerRegistry) -> None:
+    await registry.register(info())
+    (found,) = await registry.servers(now=T0 + 1)
+    assert found == replace(info(), state_since=T0)
+    assert found.grpc_url == "127.0.0.1:8102"
+    assert found.metrics_url == "http://127.0.0.1:8103/metrics"
+    assert found.health_url == "http://127.0.0.1:8101/v2/health/ready"
+    assert await registry.get("small-0", now=T0 + 1) == found
+    assert await registry.get("nope", now=T0) is None
+
+
+async def test_servers_by_pool_sorted_by_id(registry: ServerRegistry) -> None:
+    for server_id, pool_id in (("small-1", "small"), ("large-0", "large"), ("small-0", "small")):
+        await registry.register(info(server_id, pool_id))
+    assert [s.server_id for s in await registry.servers(now=T0)] == ["large-0", "small-0", "small-1"]
+    assert [s.server_id for s in await registry.servers("small", now=T0)] == ["small-0", "small-1"]
+    assert await registry.servers("medium", now=T0) == []
+
+
+async def test_a_stale_heartbeat_reads_as_dead_whatever_the_stored_state(registry: ServerRegistry) -> None:
+    await registry.register(info())
+    assert await registry.set_state("small-0", ServerState.READY, T0 + 0.5)
+    assert [s.state for s in await registry.servers(now=T0 + 2.0)] == [ServerState.READY]  # 2.0 s: not yet
+    assert [s.state for s in await registry.servers(now=T0 + 2.01)] == [ServerState.DEAD]
+    assert await registry.heartbeat("small-0", T0 + 2.5)
+    (server,) = await registry.servers(now=T0 + 3.0)
+    assert server.state is ServerState.READY and server.heartbeat_at == T0 + 2.5
+    assert server.state_since == T0 + 0.5
+
+
+async def test_a_drain_is_never_undone_except_by_death(registry: ServerRegistry) -> None:
+    await registry.register(info())
+    await registry.set_state("small-0", ServerState.READY, T0)
+    assert await registry.request_drain("small-0", now=T0 + 1)
+    assert not await registry.set_state("small-0", ServerState.READY, T0 + 2)  # a racing supervisor
+    assert await registry.set_state("small-0", ServerState.DRAINING, T0 + 2)  # already there: fine
+    (server,) = await registry.servers(now=T0 + 1)
+    assert server.state is ServerState.DRAINING and server.state_since == T0 + 1
+    assert await registry.set_state("small-0", ServerState.DEAD, T0 + 3)
+    await registry.register(info())  # the relaunched process starts afresh
+    assert [s.state for s in await registry.servers(now=T0)] == [ServerState.STARTING]
+
+
+async def test_unknown_servers_are_refused_not_created(registry: ServerRegistry, redis_url: str) -> None:
+    assert not await registry.request_drain("ghost")
+    assert not await registry.set_state("ghost", ServerState.READY, T0)
+    assert not await registry.heartbeat("ghost", T0)
+    client = aioredis.Redis.from_url(redis_url)
+    try:
+        assert not await client.exists(server_key("ghost"))
+    finally:
+        await client.aclose()
+
+
+async def test_deregister_removes_record_and_membership(registry: ServerRegistry, redis_url: str) -> None:
+    await registry.register(info("small-0"))
+    await registry.register(info("small-1"))
+    await registry.deregister("small-0")
+    assert [s.server_id for s in await registry.servers(now=T0)] == ["small-1"]
+    assert not await registry.heartbeat("small-0", T0 + 1)  # a late heartbeat does not resurrect it
+    client = aioredis.Redis.from_url(redis_url)
+    try:
+        assert await client.smembers(SERVERS_KEY) == {b"small-1"}
+    finally:
+        await client.aclose()
+
+
+async def test_a_decoding_client_reads_the_same(redis_url: str) -> None:
+    client = aioredis.Redis.from_url(redis_url, decode_responses=True)
+    try:
+        registry = ServerRegistry(client)
+        await registry.register(info(gpus=()))
+        (server,) = await registry.servers(now=T0)
+        assert server.gpus == () and server.pid == 4242
+    finally:
+        await client.aclose()
+
+
+def test_dead_after_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="dead_after_s"):
+        ServerRegistry(aioredis.Redis(), dead_after_s=0)
