@@ -26,6 +26,7 @@ from gateway.catalog import ModelCatalog
 from gateway.chat_template import ChatTemplates
 from gateway.deps import Services
 from gateway.errors import install_error_handlers
+from gateway.fleet_backend import FleetBackend
 from gateway.generation import GenerationService
 from gateway.idempotency import IdempotencyStore
 from gateway.metering import install_metering
@@ -42,17 +43,22 @@ from switchyard.config import SwitchyardConfig, load_config
 
 
 def triton_backend_factory(config: SwitchyardConfig, settings: GatewaySettings) -> GenerationBackend:
-    """The production backend: Triton's `llm` model over gRPC, one client per pool."""
-    from gateway.triton_backend import TritonBackend  # tritonclient is heavy; load it only here
+    """The production backend: Triton's `llm` model over gRPC on the fleet's servers, routed
+    and failed over (gateway/fleet_backend.py)."""
+    from gateway.fleet_setup import fleet_backend  # tritonclient is heavy; load it only here
 
-    return TritonBackend.from_config(config, host=settings.triton_host, retry_after_s=settings.retry_after_s)
+    return fleet_backend(config, host=settings.triton_host, retry_after_s=settings.retry_after_s)
 
 
 @contextlib.asynccontextmanager
-async def _polled_capacity(config: SwitchyardConfig) -> AsyncIterator[CapacitySource]:
-    """Each pool's KV capacity from its servers' metrics, refreshed in the background."""
+async def _polled_capacity(config: SwitchyardConfig, backend: GenerationBackend) -> AsyncIterator[CapacitySource]:
+    """Each pool's KV capacity from its servers' metrics, refreshed in the background: the
+    servers the fleet backend routes to, or (another backend) the configured ones."""
+    endpoints = backend.metrics_urls if isinstance(backend, FleetBackend) else None
+    if endpoints is None:
+        endpoints = lambda: config_metrics_urls(config)  # noqa: E731
     async with httpx.AsyncClient() as client:
-        monitor = CapacityMonitor(lambda: config_metrics_urls(config), client, config.quota.capacity_refresh_s)
+        monitor = CapacityMonitor(endpoints, client, config.quota.capacity_refresh_s)
         await monitor.refresh()
         task = asyncio.create_task(monitor.run(), name="capacity-monitor")
         try:
@@ -91,7 +97,9 @@ def create_app(
         install_auth(app, KeyStore(redis_client, loaded.teams, load_admin_key_hash(loaded.var_path)))
         metering = install_metering(app, UsageMeter(redis_client))
         async with contextlib.AsyncExitStack() as stack:
-            source = capacity if capacity is not None else await stack.enter_async_context(_polled_capacity(loaded))
+            source = (
+                capacity if capacity is not None else await stack.enter_async_context(_polled_capacity(loaded, backend))
+            )
             cancel_bus = CancelBus(redis_client, registry.cancel)
             await cancel_bus.start()
             stack.push_async_callback(cancel_bus.close)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Collection
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Collection
 from dataclasses import replace
 from typing import Protocol
 
@@ -58,12 +58,23 @@ class ServerStreams(Protocol):
 
 class FleetBackend(GenerationBackend):
     def __init__(
-        self, picker: ServerPicker, streams: ServerStreams, *, max_attempts: int = 3, retry_after_s: int = 5
+        self,
+        picker: ServerPicker,
+        streams: ServerStreams,
+        *,
+        max_attempts: int = 3,
+        retry_after_s: int = 5,
+        metrics_urls: Callable[[], dict[str, list[str]]] | None = None,
+        on_close: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
+        """`metrics_urls`: per pool, the servers admission counts (the directory's view);
+        `on_close`: releases what the picker's directory holds."""
         self._picker = picker
         self._streams = streams
         self._max_attempts = max_attempts
         self._retry_after_s = retry_after_s
+        self.metrics_urls = metrics_urls
+        self._on_close = on_close
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationDelta]:
         delivered: list[int] = []  # token ids the client has from this call, across servers
@@ -121,4 +132,6 @@ class FleetBackend(GenerationBackend):
         return await self._picker.readiness()
 
     async def close(self) -> None:
+        if self._on_close is not None:
+            await self._on_close()
         await self._streams.close()

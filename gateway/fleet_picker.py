@@ -1,0 +1,81 @@
+"""Which server a request goes to: `RoutingPolicy` over the directory's view, plus what this
+gateway sent since each server's last scrape, plus the prefix index of where prompts went."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, replace
+
+from gateway.backend import GenerationRequest, PoolReadiness
+from gateway.server_directory import ServerDirectory
+from router.prefix_index import PrefixIndex
+from router.routing_policy import RoutingPolicy, ServerLoad, ServerState
+from switchyard.config import SwitchyardConfig
+
+
+@dataclass(frozen=True, slots=True)
+class _Sent:
+    server_id: str
+    at: float
+    tokens: int
+
+
+class FleetPicker:
+    """`ServerPicker` for `FleetBackend`."""
+
+    def __init__(
+        self,
+        config: SwitchyardConfig,
+        directory: ServerDirectory,
+        policy: RoutingPolicy | None = None,
+        index: PrefixIndex | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._config = config
+        self._directory = directory
+        self._policy = policy or RoutingPolicy()
+        self._index = index or PrefixIndex()
+        self._clock = clock
+        self._sent: dict[str, _Sent] = {}  # request id -> where it went
+
+    def pick(self, request: GenerationRequest, exclude: Collection[str]) -> str | None:
+        pools = self._config.pools_for_model(request.model_id)
+        if not pools:
+            return None
+        servers = [self._with_sent(load) for load in self._directory.loads(pools[0])]
+        matches = self._index.matches(request.prefix_block_hashes)
+        tokens = request.prompt_tokens + request.max_tokens
+        choice = self._policy.choose(servers, tokens, matches, exclude)
+        return None if choice is None else choice.server_id
+
+    def started(self, server_id: str, request: GenerationRequest) -> None:
+        self._sent[request.request_id] = _Sent(server_id, self._clock(), request.prompt_tokens + request.max_tokens)
+        self._index.record(request.prefix_block_hashes, server_id)
+
+    def ended(self, server_id: str, request: GenerationRequest, failed: bool) -> None:
+        self._sent.pop(request.request_id, None)
+
+    def forget_server(self, server_id: str) -> None:
+        """It left the fleet: its cache went with it."""
+        self._index.forget_server(server_id)
+
+    async def readiness(self) -> list[PoolReadiness]:
+        return [
+            PoolReadiness(
+                pool_id,
+                pool.model_id,
+                any(load.state is ServerState.READY for load in self._directory.loads(pool_id)),
+                "" if self._directory.loads(pool_id) else "no server registered or answering",
+            )
+            for pool_id, pool in self._config.pools.items()
+            if pool.target_copies > 0
+        ]
+
+    def _with_sent(self, load: ServerLoad) -> ServerLoad:
+        """The scraped load plus what went there after the scrape (not in its numbers yet)."""
+        since = self._directory.scraped_at.get(load.server_id, 0.0)
+        sent = [s for s in self._sent.values() if s.server_id == load.server_id and s.at > since]
+        if not sent:
+            return load
+        return replace(load, inflight_tokens=sum(s.tokens for s in sent), inflight_requests=len(sent))

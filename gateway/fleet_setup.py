@@ -1,0 +1,49 @@
+"""The production backend, put together: registry and metrics → directory → picker → streams.
+
+Imported only when the gateway serves (tritonclient is heavy)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import redis.asyncio as aioredis
+from tritonclient.grpc.aio import InferenceServerClient
+
+from gateway.fleet_backend import FleetBackend
+from gateway.fleet_picker import FleetPicker
+from gateway.server_directory import ServerDirectory
+from gateway.triton_backend import TritonBackend
+from router.registry import ServerInfo, ServerRegistry
+from switchyard.config import SwitchyardConfig
+
+
+def fleet_backend(config: SwitchyardConfig, host: str = "127.0.0.1", retry_after_s: int = 5) -> FleetBackend:
+    """Call inside the running event loop (the app's lifespan): the directory starts refreshing."""
+    streams = TritonBackend({}, {}, retry_after_s=retry_after_s)
+    client = aioredis.Redis.from_url(config.redis.url, socket_timeout=2.0, socket_connect_timeout=2.0)
+    http = httpx.AsyncClient()
+    removals: set[asyncio.Task[None]] = set()
+
+    def added(info: ServerInfo) -> None:
+        model_id = config.pools[info.pool_id].model_id
+        streams.add_target(info.server_id, InferenceServerClient(url=info.grpc_url), model_id)
+
+    def removed(server_id: str) -> None:
+        picker.forget_server(server_id)
+        task = asyncio.get_running_loop().create_task(streams.remove_target(server_id))
+        removals.add(task)
+        task.add_done_callback(removals.discard)
+
+    directory = ServerDirectory(config, ServerRegistry(client), http, added, removed, host=host)
+    picker = FleetPicker(config, directory)
+
+    async def close() -> None:
+        await directory.close()
+        await http.aclose()
+        await client.aclose()
+
+    directory.start()
+    return FleetBackend(
+        picker, streams, retry_after_s=retry_after_s, metrics_urls=directory.metrics_urls, on_close=close
+    )

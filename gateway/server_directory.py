@@ -1,0 +1,138 @@
+"""The fleet as one gateway process sees it, refreshed every `refresh_s`:
+
+    registry (Redis)  ──▶ each pool's servers and states (starting, ready, draining, dead)
+    each server's metrics ──▶ KV capacity and free tokens, requests active and waiting
+    streams           ──▶ a gRPC client per routable server (added and removed as they come and go)
+
+A pool with no registered server falls back to the server its `switchyard.yaml` ports name
+(one started by hand with `switchyard triton`), taken as ready while its metrics answer.
+A server whose metrics cannot be read is not routed to until they can.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+
+from router.registry import ServerInfo, ServerRegistry
+from router.routing_policy import ServerLoad, ServerState
+from router.server_health import parse_engine_health
+from switchyard.config import SwitchyardConfig
+
+logger = logging.getLogger(__name__)
+
+
+class ServerDirectory:
+    def __init__(
+        self,
+        config: SwitchyardConfig,
+        registry: ServerRegistry | None,
+        http: httpx.AsyncClient,
+        on_added: Callable[[ServerInfo], None],
+        on_removed: Callable[[str], None],
+        *,
+        host: str = "127.0.0.1",
+        refresh_s: float = 0.5,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        """`on_added` / `on_removed`: a server became routable / left (open and close its client)."""
+        self._config = config
+        self._registry = registry
+        self._http = http
+        self._on_added = on_added
+        self._on_removed = on_removed
+        self._host = host
+        self._refresh_s = refresh_s
+        self._clock = clock
+        self._infos: dict[str, ServerInfo] = {}
+        self._loads: dict[str, ServerLoad] = {}
+        self.scraped_at: dict[str, float] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    def loads(self, pool_id: str) -> list[ServerLoad]:
+        return [load for sid, load in self._loads.items() if self._infos[sid].pool_id == pool_id]
+
+    def pool_of(self, server_id: str) -> str | None:
+        info = self._infos.get(server_id)
+        return None if info is None else info.pool_id
+
+    def metrics_urls(self) -> dict[str, list[str]]:
+        """Per pool, the metrics of its servers that take work (what admission counts as capacity)."""
+        urls: dict[str, list[str]] = {pool_id: [] for pool_id in self._config.pools}
+        for server_id, load in self._loads.items():
+            if load.state is ServerState.READY:
+                urls[self._infos[server_id].pool_id].append(self._infos[server_id].metrics_url)
+        return urls
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="server-directory")
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self.refresh()
+            except Exception:  # Redis down for a moment: keep the last view, try again
+                logger.exception("server directory refresh failed")
+            await asyncio.sleep(self._refresh_s)
+
+    async def refresh(self) -> None:
+        now = self._clock()
+        infos = {info.server_id: info for info in await self._servers(now)}
+        probes = await asyncio.gather(*(self._scrape(info) for info in infos.values()))
+        loads: dict[str, ServerLoad] = {}
+        for info, load in zip(infos.values(), probes, strict=True):
+            loads[info.server_id] = load
+            self.scraped_at[info.server_id] = now
+        for server_id in set(self._infos) - set(infos):
+            self._on_removed(server_id)
+            self.scraped_at.pop(server_id, None)
+        for server_id, info in infos.items():
+            if server_id not in self._infos:
+                self._on_added(info)
+        self._infos, self._loads = infos, loads
+
+    async def _servers(self, now: float) -> list[ServerInfo]:
+        registered = await self._registry.servers(now=now) if self._registry is not None else []
+        pools = {info.pool_id for info in registered}
+        configured = [
+            self._configured(pool_id, now)
+            for pool_id, pool in self._config.pools.items()
+            if pool_id not in pools and pool.target_copies > 0
+        ]
+        return [info for info in registered if info.state is not ServerState.DEAD] + configured
+
+    def _configured(self, pool_id: str, now: float) -> ServerInfo:
+        ports = self._config.pools[pool_id].ports
+        return ServerInfo(
+            server_id=f"{pool_id}-configured", pool_id=pool_id, host=self._host, http_port=ports.http,
+            grpc_port=ports.grpc, metrics_port=ports.metrics, gpus=(), state=ServerState.READY,
+            started_at=now, heartbeat_at=now,
+        )  # fmt: skip
+
+    async def _scrape(self, info: ServerInfo) -> ServerLoad:
+        state = info.state
+        health: Any = None
+        if state in (ServerState.READY, ServerState.DRAINING):
+            try:
+                response = await self._http.get(info.metrics_url, timeout=self._refresh_s * 2)
+                response.raise_for_status()
+                health = parse_engine_health(response.text)
+            except (httpx.HTTPError, ValueError):
+                state = ServerState.DEAD  # unreadable: not routed to until it answers again
+        if health is None:
+            return ServerLoad(info.server_id, state, 0, 0, 0, 0)
+        return ServerLoad(
+            info.server_id, state, health.capacity_tokens, health.free_tokens, health.active, health.waiting
+        )

@@ -1,0 +1,143 @@
+"""S7 on the real stack: a `tritonserver` SIGKILLed while it streams replies. The gateway
+resumes each cut reply on the other server; every reply completes, token for token what an
+uninterrupted run writes (greedy), and usage counts each token once."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+import redis
+import redis.asyncio as aioredis
+
+from build_engines.repository import fill_repository
+from router.registry import ServerInfo, ServerRegistry, server_key
+from router.routing_policy import ServerState
+from switchyard.config import Ports
+from switchyard.ports import free_ports
+from switchyard.triton_server import TritonServer
+
+from .conftest import LiveGateway, TritonPool
+
+pytestmark = pytest.mark.integration
+
+STREAMS = 16
+MAX_TOKENS = 400  # long enough that the kill lands mid-reply on the tiny model
+
+
+class Fleet:
+    """Two servers of the tiny pool registered for the live gateway, heartbeated while alive."""
+
+    def __init__(self, gateway: LiveGateway, servers: dict[str, TritonServer]) -> None:
+        self.gateway = gateway
+        self.servers = servers
+        self.alive = set(servers)
+        self._redis = redis.Redis.from_url(gateway.config.redis.url)
+        self._stop = threading.Event()
+        self._beat = threading.Thread(target=self._heartbeat, daemon=True)
+
+    def register(self, pool_id: str) -> None:
+        async def register_all() -> None:
+            client = aioredis.Redis.from_url(self.gateway.config.redis.url)
+            registry = ServerRegistry(client)
+            now = time.time()
+            for server_id, server in self.servers.items():
+                ports = server.ports
+                info = ServerInfo(server_id, pool_id, "127.0.0.1", ports.http, ports.grpc, ports.metrics, (),
+                                  ServerState.READY, now, now)  # fmt: skip
+                await registry.register(info)
+            await client.aclose()
+
+        asyncio.run(register_all())
+        self._beat.start()
+
+    def kill(self, server_id: str) -> None:
+        self.alive.discard(server_id)
+        pid = self.servers[server_id].pid
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._beat.join(timeout=2)
+        for server_id in self.servers:
+            self._redis.delete(server_key(server_id))
+            self._redis.srem("sy:servers", server_id)
+        self._redis.close()
+
+    def _heartbeat(self) -> None:
+        while not self._stop.wait(0.3):
+            for server_id in list(self.alive):
+                self._redis.hset(server_key(server_id), "heartbeat_at", repr(time.time()))
+
+
+@pytest.fixture
+def fleet(triton_pool: TritonPool, live_gateway: LiveGateway) -> Iterator[Fleet]:
+    repository = fill_repository(triton_pool.config, triton_pool.pool_id)
+    servers = {}
+    for name in ("fo-a", "fo-b"):
+        http, grpc, metrics = free_ports(3)
+        servers[name] = TritonServer(
+            repository, Ports(http=http, grpc=grpc, metrics=metrics), var_dir=triton_pool.config.var_path, name=name
+        )
+    with ThreadPoolExecutor(2) as pool:
+        for future in [pool.submit(server.start) for server in servers.values()]:
+            future.result()
+    fleet = Fleet(live_gateway, servers)
+    try:
+        fleet.register(triton_pool.pool_id)
+        time.sleep(1.5)  # the gateway's directory sees them (it refreshes every 0.5 s)
+        yield fleet
+    finally:
+        fleet.close()
+        for server in servers.values():
+            server.stop()
+        time.sleep(1.0)  # the gateway falls back to the session's configured server
+
+
+def _stream(url: str, headers: dict[str, str], prompt: str, started: threading.Event) -> dict[str, object]:
+    body = {"model": "tiny", "prompt": prompt, "max_tokens": MAX_TOKENS, "temperature": 0.0, "ignore_eos": True,
+            "stream": True}  # fmt: skip
+    text, final, deltas = [], None, 0
+    with httpx.stream("POST", f"{url}/v1/generate", json=body, headers=headers, timeout=120) as reply:
+        assert reply.status_code == 200, reply.read()
+        for line in reply.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            event = json.loads(line.removeprefix("data: "))
+            if "text" in event and "usage" not in event:
+                text.append(event["text"])
+                deltas += 1
+                if deltas == 2:
+                    started.set()
+            else:
+                final = event
+    return {"text": "".join(text), "final": final}
+
+
+def test_a_server_killed_mid_reply_costs_the_clients_nothing(fleet: Fleet, live_gateway: LiveGateway) -> None:
+    url, headers = live_gateway.url, live_gateway.headers
+    prompts = [f"failover story number {i} about a river" for i in range(STREAMS)]
+    with ThreadPoolExecutor(STREAMS) as pool:
+        reference = list(pool.map(lambda p: _stream(url, headers, p, threading.Event()), prompts))
+        started = [threading.Event() for _ in prompts]
+        futures = [pool.submit(_stream, url, headers, p, e) for p, e in zip(prompts, started, strict=True)]
+        assert all(event.wait(60) for event in started), "the streams never got going"
+        log = live_gateway.config.var_path / "logs" / "gw.log"
+        failovers_before = log.read_text().count("trying another")
+        fleet.kill("fo-a")  # while all 16 are mid-reply, about half of them on fo-a
+        replies = [future.result(timeout=120) for future in futures]
+    assert log.read_text().count("trying another") > failovers_before  # replies really were cut
+    for got, want in zip(replies, reference, strict=True):
+        assert got["text"] == want["text"]  # one unbroken stream: nothing repeated, nothing missing
+        final = got["final"]
+        assert isinstance(final, dict) and final.get("stop_reason") == "length", final
+        assert final["usage"]["completion_tokens"] == MAX_TOKENS  # each token counted once
