@@ -39,6 +39,7 @@ from quota.capacity import CapacityMonitor, CapacitySource, config_metrics_urls
 from quota.key_files import load_admin_key_hash
 from quota.keys import KeyStore
 from quota.usage import UsageMeter
+from router.registry import ServerRegistry
 from switchyard.config import SwitchyardConfig, load_config
 
 
@@ -117,7 +118,8 @@ def create_app(
             templates = ChatTemplates(loaded)
             app.state.chat_templates = templates  # the chat route's, shared with batch validation
             intake = BatchIntake(loaded, redis_client, LocalBlobStore(loaded.blob_path), catalog, templates)
-            app.state.services = Services(loaded, catalog, backend, registry, generation, admission, intake)
+            servers = ServerRegistry(redis_client, loaded.fleet.dead_after_s)
+            app.state.services = Services(loaded, catalog, backend, registry, generation, admission, intake, servers)
             try:
                 yield
             finally:

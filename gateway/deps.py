@@ -16,6 +16,7 @@ from gateway.metrics import GatewayMetrics
 from gateway.requests_registry import RequestRegistry
 from gateway.settings import GatewaySettings
 from quota.admission import Admission
+from router.registry import ServerRegistry
 from switchyard.config import SwitchyardConfig
 
 
@@ -30,6 +31,7 @@ class Services:
     generation: GenerationService
     admission: Admission
     intake: BatchIntake
+    servers: ServerRegistry
 
 
 def get_settings(request: Request) -> GatewaySettings:
@@ -75,6 +77,10 @@ def get_intake(request: Request) -> BatchIntake:
     return get_services(request).intake
 
 
+def get_server_registry(request: Request) -> ServerRegistry:
+    return get_services(request).servers
+
+
 SettingsDep = Annotated[GatewaySettings, Depends(get_settings)]
 MetricsDep = Annotated[GatewayMetrics, Depends(get_metrics)]
 CatalogDep = Annotated[ModelCatalog, Depends(get_catalog)]
@@ -83,3 +89,4 @@ RegistryDep = Annotated[RequestRegistry, Depends(get_registry)]
 GenerationDep = Annotated[GenerationService, Depends(get_generation)]
 AdmissionDep = Annotated[Admission, Depends(get_admission)]
 IntakeDep = Annotated[BatchIntake, Depends(get_intake)]
+ServerRegistryDep = Annotated[ServerRegistry, Depends(get_server_registry)]

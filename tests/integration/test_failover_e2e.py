@@ -31,6 +31,8 @@ pytestmark = pytest.mark.integration
 
 STREAMS = 16
 MAX_TOKENS = 400  # long enough that the kill lands mid-reply on the tiny model
+DRAIN_MAX_TOKENS = 1500  # ... and that the drain does
+DRAIN_STREAMS = 8  # leases of prompt + max_tokens: 8 long replies fit the two servers' KV
 
 
 class Fleet:
@@ -103,8 +105,10 @@ def fleet(triton_pool: TritonPool, live_gateway: LiveGateway) -> Iterator[Fleet]
         time.sleep(1.0)  # the gateway falls back to the session's configured server
 
 
-def _stream(url: str, headers: dict[str, str], prompt: str, started: threading.Event) -> dict[str, object]:
-    body = {"model": "tiny", "prompt": prompt, "max_tokens": MAX_TOKENS, "temperature": 0.0, "ignore_eos": True,
+def _stream(
+    url: str, headers: dict[str, str], prompt: str, started: threading.Event, max_tokens: int = MAX_TOKENS
+) -> dict[str, object]:
+    body = {"model": "tiny", "prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0, "ignore_eos": True,
             "stream": True}  # fmt: skip
     text, final, deltas = [], None, 0
     with httpx.stream("POST", f"{url}/v1/generate", json=body, headers=headers, timeout=120) as reply:
@@ -141,3 +145,42 @@ def test_a_server_killed_mid_reply_costs_the_clients_nothing(fleet: Fleet, live_
         final = got["final"]
         assert isinstance(final, dict) and final.get("stop_reason") == "length", final
         assert final["usage"]["completion_tokens"] == MAX_TOKENS  # each token counted once
+
+
+def _llm_requests(server: TritonServer) -> tuple[int, int]:
+    """(requests the `llm` model has finished, requests its engine holds now) on one server."""
+    text = httpx.get(f"http://127.0.0.1:{server.ports.metrics}/metrics", timeout=5).text
+    done = held = 0
+    for line in text.splitlines():
+        if line.startswith("nv_inference_request_success{") and 'model="llm"' in line:
+            done += int(float(line.rsplit(" ", 1)[1]))
+        if line.startswith("nv_trt_llm_request_metrics{") and ('"active"' in line or '"waiting"' in line):
+            held += int(float(line.rsplit(" ", 1)[1]))
+    return done, held
+
+
+def test_a_drained_server_finishes_its_replies_and_gets_no_new_work(fleet: Fleet, live_gateway: LiveGateway) -> None:
+    url, headers = live_gateway.url, live_gateway.headers
+    drained = fleet.servers["fo-a"]
+    before, _ = _llm_requests(drained)
+    prompts = [f"drain story number {i} about a harbour" for i in range(DRAIN_STREAMS)]
+    with ThreadPoolExecutor(DRAIN_STREAMS + 8) as pool:
+        started = [threading.Event() for _ in prompts]
+        futures = [
+            pool.submit(_stream, url, headers, p, e, DRAIN_MAX_TOKENS) for p, e in zip(prompts, started, strict=True)
+        ]
+        assert all(event.wait(60) for event in started), "the streams never got going"
+        admin = {"Authorization": f"Bearer {live_gateway.admin_key}"}
+        reply = httpx.post(f"{url}/admin/servers/fo-a/drain", headers=admin, timeout=10)
+        assert reply.status_code == 202 and reply.json()["state"] == "draining", reply.text
+        _, held_at_drain = _llm_requests(drained)
+        assert held_at_drain > 0, "no stream went to fo-a: the test proves nothing"
+        time.sleep(1.0)  # every gateway process has read the new state
+        fresh = [pool.submit(_stream, url, headers, f"after the drain {i}", threading.Event()) for i in range(8)]
+        replies = [future.result(timeout=120) for future in [*futures, *fresh]]
+    for got, tokens in zip(replies, [DRAIN_MAX_TOKENS] * DRAIN_STREAMS + [MAX_TOKENS] * 8, strict=True):  # none cut
+        final = got["final"]
+        assert isinstance(final, dict) and final["usage"]["completion_tokens"] == tokens, final
+    after, held = _llm_requests(drained)
+    assert (after - before, held) == (held_at_drain, 0)  # it finished its own and got nothing new
+    assert httpx.get(f"{url}/admin/servers", headers=headers, timeout=5).status_code == 403  # a team's key
