@@ -23,7 +23,7 @@ def fleet_backend(config: SwitchyardConfig, host: str = "127.0.0.1", retry_after
     streams = TritonBackend({}, {}, retry_after_s=retry_after_s)
     client = aioredis.Redis.from_url(config.redis.url, socket_timeout=2.0, socket_connect_timeout=2.0)
     http = httpx.AsyncClient()
-    removals: set[asyncio.Task[None]] = set()
+    closing: set[asyncio.Task[None]] = set()
 
     def added(info: ServerInfo) -> None:
         model_id = config.pools[info.pool_id].model_id
@@ -31,9 +31,11 @@ def fleet_backend(config: SwitchyardConfig, host: str = "127.0.0.1", retry_after
 
     def removed(server_id: str) -> None:
         picker.forget_server(server_id)
-        task = asyncio.get_running_loop().create_task(streams.remove_target(server_id))
-        removals.add(task)
-        task.add_done_callback(removals.discard)
+        client = streams.detach_target(server_id)  # at once: the same id may be added back next
+        if client is not None:
+            task = asyncio.get_running_loop().create_task(client.close())
+            closing.add(task)
+            task.add_done_callback(closing.discard)
 
     directory = ServerDirectory(config, ServerRegistry(client), http, added, removed, host=host)
     picker = FleetPicker(config, directory)

@@ -95,11 +95,16 @@ class ServerDirectory:
         for info, load in zip(infos.values(), probes, strict=True):
             loads[info.server_id] = load
             self.scraped_at[info.server_id] = now
-        for server_id in set(self._infos) - set(infos):
+        # A server that came back elsewhere under its id (new ports) is a new server to stream to.
+        moved = {
+            sid for sid, info in infos.items() if sid in self._infos and self._infos[sid].grpc_url != info.grpc_url
+        }
+        for server_id in (set(self._infos) - set(infos)) | moved:
             self._on_removed(server_id)
-            self.scraped_at.pop(server_id, None)
+            if server_id not in infos:
+                self.scraped_at.pop(server_id, None)
         for server_id, info in infos.items():
-            if server_id not in self._infos:
+            if server_id not in self._infos or server_id in moved:
                 self._on_added(info)
         self._infos, self._loads = infos, loads
 

@@ -83,12 +83,11 @@ class TritonBackend:
         self._clients[target] = client
         self._pool_models[target] = model_id
 
-    async def remove_target(self, target: str) -> None:
-        """Forget a server (it left the fleet); its open streams end on their own."""
-        client = self._clients.pop(target, None)
+    def detach_target(self, target: str) -> Any | None:
+        """Forget a server (it left the fleet) and hand back its client for the caller to
+        close; its open streams end on their own."""
         self._pool_models.pop(target, None)
-        if client is not None:
-            await client.close()
+        return self._clients.pop(target, None)
 
     def has_target(self, target: str) -> bool:
         return target in self._clients
