@@ -46,7 +46,8 @@ class FleetPicker:
         servers = [self._with_sent(load) for load in self._directory.loads(pools[0])]
         matches = self._index.matches(request.prefix_block_hashes)
         tokens = request.prompt_tokens + request.max_tokens
-        choice = self._policy.choose(servers, tokens, matches, exclude)
+        home = request.prefix_block_hashes[0] if request.prefix_block_hashes else None
+        choice = self._policy.choose(servers, tokens, matches, exclude, home_key=home)
         return None if choice is None else choice.server_id
 
     def started(self, server_id: str, request: GenerationRequest) -> None:

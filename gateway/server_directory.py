@@ -80,12 +80,25 @@ class ServerDirectory:
                 await self._task
 
     async def _run(self) -> None:
-        while True:
-            try:
-                await self.refresh()
-            except Exception:  # Redis down for a moment: keep the last view, try again
-                logger.exception("server directory refresh failed")
-            await asyncio.sleep(self._refresh_s)
+        """Refresh every `refresh_s`, and at once when the registry announces a change (a
+        drain must stop new work within milliseconds, not half a second)."""
+        changes: Any = None
+        try:
+            while True:
+                try:
+                    await self.refresh()
+                    if changes is None and self._registry is not None:
+                        changes = await self._registry.changes()
+                    if changes is not None:
+                        await changes.get_message(ignore_subscribe_messages=True, timeout=self._refresh_s)
+                        continue
+                except Exception:  # Redis down for a moment: keep the last view, try again
+                    logger.exception("server directory refresh failed")
+                    changes = None
+                await asyncio.sleep(self._refresh_s)
+        finally:
+            if changes is not None:
+                await changes.aclose()
 
     async def refresh(self) -> None:
         now = self._clock()

@@ -25,6 +25,9 @@ import redis.asyncio
 from router.routing_policy import ServerState
 
 SERVERS_KEY = "sy:servers"
+# A server id is published here when it joins, leaves or changes state: gateways re-read the
+# registry at once instead of at their next refresh (a drained server gets no new work).
+CHANGES_CHANNEL = "sy:servers:changed"
 
 # KEYS[1] server hash; ARGV: state, now. 1: the server is now in that state; 0: not
 # registered, or draining and asked to go back to work.
@@ -101,6 +104,7 @@ class ServerRegistry:
             pipe.delete(key)
             pipe.hset(key, mapping=_encode(info))
             pipe.sadd(SERVERS_KEY, info.server_id)
+            pipe.publish(CHANGES_CHANNEL, info.server_id)
             await pipe.execute()
 
     async def heartbeat(self, server_id: str, now: float) -> bool:
@@ -110,7 +114,10 @@ class ServerRegistry:
     async def set_state(self, server_id: str, state: ServerState, now: float) -> bool:
         """Move the server to `state`; False when it is not registered, or when it is draining
         and `state` is not DEAD (a drain is never undone)."""
-        return bool(await self._set_state(keys=[server_key(server_id)], args=[state.value, repr(now)]))
+        changed = bool(await self._set_state(keys=[server_key(server_id)], args=[state.value, repr(now)]))
+        if changed:
+            await self._redis.publish(CHANGES_CHANNEL, server_id)
+        return changed
 
     async def request_drain(self, server_id: str, now: float | None = None) -> bool:
         """Ask the server's supervisor to drain it: it takes no new work, finishes what it has,
@@ -121,7 +128,14 @@ class ServerRegistry:
         async with self._redis.pipeline(transaction=True) as pipe:
             pipe.delete(server_key(server_id))
             pipe.srem(SERVERS_KEY, server_id)
+            pipe.publish(CHANGES_CHANNEL, server_id)
             await pipe.execute()
+
+    async def changes(self) -> redis.asyncio.client.PubSub:
+        """A subscription to `CHANGES_CHANNEL` (the caller closes it)."""
+        pubsub = self._redis.pubsub()
+        await pubsub.subscribe(CHANGES_CHANNEL)
+        return pubsub
 
     async def get(self, server_id: str, now: float | None = None) -> ServerInfo | None:
         raw = await self._redis.hgetall(server_key(server_id))

@@ -41,6 +41,7 @@ tie-break is the server id.
 from __future__ import annotations
 
 import enum
+import hashlib
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -48,6 +49,7 @@ REASON_PREFIX = "prefix"  # a server holding the prefix, within the bound
 REASON_SPILL = "spill"  # servers held the prefix but all were over the bound
 REASON_LEAST_LOADED = "least-loaded"  # no candidate held the prefix (or none with room was within the bound)
 REASON_NO_ROOM = "no-room"  # no eligible server had room; the engine will queue it
+REASON_HOME = "home"  # no server within the bound held the prefix: its rendezvous-hash home
 
 
 class ServerState(str, enum.Enum):
@@ -121,11 +123,16 @@ class RoutingPolicy:
         request_tokens: int,
         matches: Mapping[str, int],
         exclude: Collection[str] = (),
+        home_key: int | None = None,
     ) -> RouteChoice | None:
         """The server for a request of `request_tokens` (prompt + max_tokens); None if none is eligible.
 
         `matches` is `PrefixIndex.matches` for the prompt (servers missing from it hold none);
-        `exclude` lists servers already tried for this request (a retry after a failure).
+        `exclude` lists servers already tried for this request (a retry after a failure);
+        `home_key` (the prompt's first block hash) places a prefix no server within the bound
+        holds: the within-bound server ranked first for it by rendezvous hashing. Every gateway
+        process ranks alike without sharing an index, so a new prefix lands on one server, not
+        on whichever each process thinks least loaded; and prefixes spread over the pool.
         """
         if request_tokens < 0:
             raise ValueError(f"request_tokens must be non-negative, got {request_tokens}")
@@ -158,6 +165,8 @@ class RoutingPolicy:
             # then room comes first: an over-bound server still starts the request sooner.
             return choice(min(candidates, key=least_loaded), REASON_LEAST_LOADED)
         reason = REASON_SPILL if any(matched(s) > 0 for s in candidates) else REASON_LEAST_LOADED
+        if home_key is not None:
+            return choice(max(within, key=lambda s: _rendezvous(home_key, s.server_id)), REASON_HOME)
         return choice(min(within, key=least_loaded), reason)
 
     def _start_cost(self, server: ServerLoad, request_tokens: int, matched_blocks: int) -> float:
@@ -167,3 +176,9 @@ class RoutingPolicy:
         work_ahead = kv_in_use + server.inflight_tokens + server.waiting_requests * per_waiting
         to_read = max(request_tokens - matched_blocks * self.block_size, 0)
         return work_ahead + self.prefix_block_cost * to_read
+
+
+def _rendezvous(key: int, server_id: str) -> int:
+    """Highest-random-weight score of a server for a key, the same in every process."""
+    digest = hashlib.blake2b(f"{key}:{server_id}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big")

@@ -32,8 +32,11 @@ pytestmark = pytest.mark.integration
 
 STREAMS = 16
 MAX_TOKENS = 400  # long enough that the kill lands mid-reply on the tiny model
-DRAIN_MAX_TOKENS = 3000  # ... and that the drain does
-DRAIN_STREAMS = 4  # leases of prompt + max_tokens: 4 long replies fit the two servers' KV
+DRAIN_MAX_TOKENS = 1800  # ... and that the drain does
+# Leases of prompt + max_tokens: once fo-a drains, admission counts only fo-b's 8,192 tokens, so
+# the long replies and the new short ones must fit there.
+DRAIN_STREAMS = 4
+AFTER_DRAIN_MAX_TOKENS = 32
 
 
 class Fleet:
@@ -193,9 +196,14 @@ def test_a_drained_server_finishes_its_replies_and_gets_no_new_work(fleet: Fleet
         received_at_drain, _ = _llm_requests(drained)
         assert received_at_drain > before, "no stream went to fo-a: the test proves nothing"
         time.sleep(1.0)  # every gateway process has read the new state
-        fresh = [pool.submit(_stream, url, headers, f"after the drain {i}", threading.Event()) for i in range(8)]
+        fresh = [
+            pool.submit(_stream, url, headers, f"after the drain {i}", threading.Event(), AFTER_DRAIN_MAX_TOKENS)
+            for i in range(8)
+        ]
         replies = [future.result(timeout=120) for future in [*futures, *fresh]]
-    for got, tokens in zip(replies, [DRAIN_MAX_TOKENS] * DRAIN_STREAMS + [MAX_TOKENS] * 8, strict=True):  # none cut
+    for got, tokens in zip(
+        replies, [DRAIN_MAX_TOKENS] * DRAIN_STREAMS + [AFTER_DRAIN_MAX_TOKENS] * 8, strict=True
+    ):  # none cut
         final = got["final"]
         assert isinstance(final, dict) and final["usage"]["completion_tokens"] == tokens, final
     assert _llm_requests(drained)[0] == received_at_drain  # nothing new reached it after the drain

@@ -263,3 +263,34 @@ def test_requests_one_after_another_land_where_the_prefix_is_cached() -> None:
         randomly_to_holder += rng.choice(sorted(servers)) == "s2"
     assert routed_to_holder == 100  # S4 asks for ≥ 90
     assert randomly_to_holder <= 40
+
+
+def test_a_new_prefix_goes_to_its_rendezvous_home_in_every_gateway_process() -> None:
+    """Two gateway workers, each with its own (empty) index, place a new prefix on the same server."""
+    servers = fleet(4)
+    home = prompt_block_hashes(list(range(64)), 16, "team")[0]
+    first = RoutingPolicy().choose(servers, 100, PrefixIndex().matches([home]), home_key=home)
+    second = RoutingPolicy().choose(list(reversed(servers)), 100, {}, home_key=home)
+    assert first is not None and second is not None
+    assert first.server_id == second.server_id and first.reason == "home"
+
+
+def test_new_prefixes_spread_over_the_pool() -> None:
+    servers = fleet(4)
+    homes = Counter()
+    for i in range(400):
+        key = prompt_block_hashes([i] * 16, 16, "team")[0]
+        choice = RoutingPolicy().choose(servers, 100, {}, home_key=key)
+        assert choice is not None
+        homes[choice.server_id] += 1
+    assert len(homes) == 4 and min(homes.values()) >= 70, homes
+
+
+def test_a_home_over_the_bound_is_passed_over() -> None:
+    servers = fleet(4)
+    key = prompt_block_hashes(list(range(16)), 16, "team")[0]
+    home = RoutingPolicy().choose(servers, 100, {}, home_key=key)
+    assert home is not None
+    busy = [dataclasses.replace(s, active_requests=20) if s.server_id == home.server_id else s for s in servers]
+    moved = RoutingPolicy().choose(busy, 100, {}, home_key=key)
+    assert moved is not None and moved.server_id != home.server_id
