@@ -2,7 +2,8 @@
 `bench/results/<name>.json` and printing its table.
 
 The live benchmarks share one stack (gateway + one Triton server per bench pool) on free
-ports, so every ratio compares variants measured side by side in the same run.
+ports, so every ratio compares variants measured side by side in the same run; s4 and s78
+run a pool of several servers (four, two) in a stack of their own.
 """
 
 from __future__ import annotations
@@ -16,16 +17,18 @@ from bench import (
     bench_s1_short_behind_long,
     bench_s2_document_full_server,
     bench_s3_prefill_stutter,
+    bench_s4_prefix_routing,
     bench_s5_bulk_backlog,
+    bench_s7_s8_failover_drain,
     bench_s9_team_flood,
     bench_schedule,
     bench_serving_overhead,
 )
-from bench.live import bench_config, start_stack
+from bench.live import bench_config, start_stack, with_copies
 from switchyard.config import EngineSpec, load_config
 
 OFFLINE = {"schedule": bench_schedule.main, "prefill": bench_prefill.main}
-LIVE = ("s1", "s2", "s3", "overhead", "s9", "s5")
+LIVE = ("s1", "s2", "s3", "overhead", "s9", "s5", "s4", "s78")
 
 
 def run_live(names: list[str]) -> None:
@@ -71,6 +74,17 @@ def run_live(names: list[str]) -> None:
         finally:
             stack.stop()
             shutil.rmtree(config.blob_path, ignore_errors=True)
+    for name, copies, bench in (("s4", 4, bench_s4_prefix_routing.run), ("s78", 2, bench_s7_s8_failover_drain.run)):
+        if name not in names:
+            continue
+        config = with_copies(
+            bench_config(base, {"bench-small": ("small", engine)}, {"bench": 1.0}), "bench-small", copies
+        )
+        stack, teams = start_stack(config)
+        try:
+            bench(stack, "bench-small", teams["bench"])
+        finally:
+            stack.stop()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,8 +18,8 @@ import redis
 from tokenizers import Tokenizer
 
 from quota.keys import SyncKeyStore
-from switchyard.config import EngineSpec, PoolSpec, Ports, SwitchyardConfig, TeamSpec
-from switchyard.ports import free_ports
+from switchyard.config import COPY_PORT_STRIDE, EngineSpec, PoolSpec, Ports, SwitchyardConfig, TeamSpec
+from switchyard.ports import free_ports, port_free
 from switchyard.stack import Stack
 
 
@@ -51,6 +51,35 @@ def bench_config(
             "var_dir": str(base.var_path / "bench"),
         }
     )
+
+
+def with_copies(config: SwitchyardConfig, pool_id: str, copies: int) -> SwitchyardConfig:
+    """`config` running `copies` servers of `pool_id`, its ports moved where every copy's
+    (base + 10·k, `PoolSpec.copy_ports`) was free a moment ago and clashes with no other port
+    of `config`: `free_ports` alone says nothing of base + 10·k."""
+    taken = {config.gateway.port, config.redis.port}
+    for other_id, other in config.pools.items():
+        if other_id != pool_id:
+            taken.update(port for k in range(other.target_copies) for port in _ports_of(other.copy_ports(k)))
+    for _ in range(100):
+        http, grpc, metrics = free_ports(3)
+        if max(http, grpc, metrics) + COPY_PORT_STRIDE * (copies - 1) > 65535:
+            continue
+        pool = config.pools[pool_id].model_copy(
+            update={"target_copies": copies, "ports": Ports(http=http, grpc=grpc, metrics=metrics)}
+        )
+        wanted = [port for k in range(copies) for port in _ports_of(pool.copy_ports(k))]
+        if (
+            len(set(wanted)) == len(wanted)
+            and not taken & set(wanted)
+            and all(port_free("127.0.0.1", p) for p in wanted)
+        ):
+            return config.model_copy(update={"pools": {**config.pools, pool_id: pool}})
+    raise RuntimeError(f"found no free ports for {copies} copies of pool {pool_id!r}")
+
+
+def _ports_of(ports: Ports) -> tuple[int, int, int]:
+    return ports.http, ports.grpc, ports.metrics
 
 
 def start_stack(config: SwitchyardConfig) -> tuple[Stack, dict[str, dict[str, str]]]:
@@ -177,6 +206,18 @@ def read_kv_metrics(metrics_url: str) -> dict[str, float]:
             kind = labels.split('"')[1] if '"' in labels else labels
             values[f"{name}.{kind}"] = float(value)
     return values
+
+
+def read_inference_count(metrics_url: str, model: str = "llm") -> int:
+    """Triton's `nv_inference_count` of `model`. For the decoupled `llm` a request counts when
+    its `execute` returns, which is as it arrives, not when its last response goes."""
+    with urllib.request.urlopen(metrics_url, timeout=2) as response:
+        text = response.read().decode()
+    label = f'model="{model}"'
+    for line in text.splitlines():
+        if line.startswith("nv_inference_count{") and label in line:
+            return int(float(line.rsplit(" ", 1)[1]))
+    raise ValueError(f"{metrics_url} reports no nv_inference_count for model {model!r}")
 
 
 class MetricsSampler:
