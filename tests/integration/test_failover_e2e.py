@@ -31,7 +31,7 @@ from .conftest import LiveGateway, TritonPool
 pytestmark = pytest.mark.integration
 
 STREAMS = 16
-MAX_TOKENS = 400  # long enough that the kill lands mid-reply on the tiny model
+MAX_TOKENS = 800  # long enough that the kill lands mid-reply on the tiny model
 DRAIN_MAX_TOKENS = 1800  # ... and that the drain does
 # Leases of prompt + max_tokens: once fo-a drains, admission counts only fo-b's 8,192 tokens, so
 # the long replies and the new short ones must fit there.
@@ -148,6 +148,7 @@ def test_a_server_killed_mid_reply_costs_the_clients_nothing(fleet: Fleet, live_
                 lambda ps: _stream(url, headers, ps[0], threading.Event(), seed=ps[1]), zip(prompts, seeds, strict=True)
             )
         )
+        received = {name: _llm_requests(server)[0] for name, server in fleet.servers.items()}
         started = [threading.Event() for _ in prompts]
         futures = [
             pool.submit(_stream, url, headers, p, e, MAX_TOKENS, seed)
@@ -156,7 +157,8 @@ def test_a_server_killed_mid_reply_costs_the_clients_nothing(fleet: Fleet, live_
         assert all(event.wait(60) for event in started), "the streams never got going"
         log = live_gateway.config.var_path / "logs" / "gw.log"
         failovers_before = log.read_text().count("trying another")
-        fleet.kill("fo-a")  # while all 16 are mid-reply, about half of them on fo-a
+        taken = {name: _llm_requests(server)[0] - received[name] for name, server in fleet.servers.items()}
+        fleet.kill(max(taken, key=lambda name: taken[name]))  # the busier one, while all 16 are mid-reply
         replies = [future.result(timeout=120) for future in futures]
     assert log.read_text().count("trying another") > failovers_before  # replies really were cut
     for got, want in zip(replies, reference, strict=True):
