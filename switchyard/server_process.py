@@ -31,6 +31,7 @@ import redis.asyncio
 from router.registry import ServerRegistry
 from router.server_health import parse_engine_health
 from switchyard.config import Ports, SwitchyardConfig
+from switchyard.leftovers import Reaped, reap_leftovers
 from switchyard.signals import drain_on_sigterm
 from switchyard.triton_server import TritonServer, TritonStartError
 
@@ -59,6 +60,7 @@ def run_triton(
     repository = fill_repository(config, pool_id) if fill else config.pool_repository(pool_id)
     # Started from this (main) thread, so the kernel's kill-with-parent applies for our lifetime.
     server = TritonServer(repository, ports, var_dir=config.var_path, name=name, die_with_parent=True)
+    _report_leftovers(name, reap_leftovers(name))  # of an earlier life of this server, killed
     with drain_on_sigterm() as shutdown:
         try:
             server.start(cancel=shutdown.requested)
@@ -93,6 +95,16 @@ def run_triton(
             return EXIT_STOPPED if shutdown.immediate.is_set() else EXIT_DRAINED
         finally:
             server.stop(timeout_s=15.0)
+            _report_leftovers(name, reap_leftovers(name))
+
+
+def _report_leftovers(name: str, reaped: Reaped) -> None:
+    if reaped.processes or reaped.shm_files:
+        print(
+            f"triton {name!r}: removed {reaped.processes} orphaned stub processes and "
+            f"{reaped.shm_files} shared-memory regions of earlier runs",
+            flush=True,
+        )
 
 
 def wait_for_drain(
