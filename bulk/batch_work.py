@@ -28,7 +28,6 @@ from bulk.results import EntryResult, Outcome
 class ReadyEntry:
     entry: BatchEntry
     attempt: int = 0  # server failures so far
-    last_error: dict[str, object] | None = None
 
 
 @dataclass(slots=True)
@@ -75,11 +74,6 @@ class BatchWork:
 
     def head_cost(self) -> int | None:
         return self.ready[0].entry.cost_tokens if self.ready else None
-
-    def unwritten_lines(self) -> list[int]:
-        """Entries this dispatcher holds that have no result yet (ready or in flight)."""
-        written = {result.line for result in self.results}
-        return [line for line in self._chunk_of_line if line not in written]
 
     def settle(self, marked: Iterable[int]) -> list[str]:
         """Forget lines that now have a marked result; the chunks that became complete."""

@@ -343,7 +343,7 @@ class Dispatcher:
             logger.info(
                 "bulk entry failed on a server; retrying", extra={"batch_id": work.batch_id, "line": entry.line}
             )
-            work.ready.appendleft(ReadyEntry(entry, ready.attempt + 1, submission.error))
+            work.ready.appendleft(ReadyEntry(entry, ready.attempt + 1))
             return
         if verdict is Verdict.DONE:
             record = output_record(work.batch_id, entry.line, entry.custom_id, response=submission.response)

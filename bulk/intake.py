@@ -43,7 +43,7 @@ def make_validator(
         return templates.render(model, messages)
 
     fmt: Literal["native", "openai"] = "native" if line_format == "native" else "openai"
-    return LineValidator(model, fmt, None if fmt == "native" else endpoint, render)  # type: ignore[arg-type]
+    return LineValidator(model, fmt, None if fmt == "native" else endpoint, render)
 
 
 class BatchIntake:

@@ -13,7 +13,6 @@ from bulk.batch_store import BatchRecord, BatchStatus
 from bulk.batch_work import BatchWork
 from bulk.chunk_queue import QueuedChunk
 from bulk.ingest import ChunkRef
-from bulk.results import EntryResult, Outcome
 from gateway.catalog import ServedModel
 
 MAX_TOKENS = 10
@@ -71,12 +70,11 @@ def test_load_chunk_queues_valid_unmarked_lines(work: BatchWork) -> None:
     queued, raw = _chunk("1-0", 5, [_ok(5), b"{oops", b"", _ok(8), b'{"prompt": "no max"}', _ok(10)])
     assert work.load_chunk(queued, raw, marked={8}) is True
     assert [ready.entry for ready in work.ready] == [_entry(5), _entry(10)]
-    assert [(ready.attempt, ready.last_error) for ready in work.ready] == [(0, None), (0, None)]
+    assert [ready.attempt for ready in work.ready] == [0, 0]
     assert work.chunks["1-0"].outstanding == {5, 10}
     assert work.chunks["1-0"].queued is queued
     assert work.held_message_ids() == ["1-0"]
     assert work.head_cost() == 5 + 2 + MAX_TOKENS
-    assert work.unwritten_lines() == [5, 10]
 
 
 def test_chunk_with_nothing_left_is_not_held(work: BatchWork) -> None:
@@ -86,7 +84,6 @@ def test_chunk_with_nothing_left_is_not_held(work: BatchWork) -> None:
     assert work.load_chunk(only_invalid, raw_invalid, marked=set()) is False
     assert (list(work.ready), work.chunks, work.held_message_ids()) == ([], {}, [])
     assert work.head_cost() is None
-    assert work.unwritten_lines() == []
     assert work.settle([1, 3]) == []  # lines it never held
 
 
@@ -116,13 +113,3 @@ def test_settle_ignores_lines_of_other_chunks_and_unknown_lines(work: BatchWork)
     work.load_chunk(queued, raw, marked=set())
     assert work.settle([7, 8, 1]) == []
     assert work.settle([2]) == ["1-0"]
-
-
-def test_unwritten_lines_leave_out_results_not_yet_marked(work: BatchWork) -> None:
-    queued, raw = _chunk("1-0", 1, [_ok(1), _ok(2), _ok(3)])
-    work.load_chunk(queued, raw, marked=set())
-    work.results.append(EntryResult(2, Outcome.DONE, {"line": 2}))
-    assert work.unwritten_lines() == [1, 3]
-    work.settle([2])
-    assert work.unwritten_lines() == [1, 3]
-    assert work.batch_id == "batch_w1"
