@@ -17,6 +17,8 @@ Each subcommand imports what it needs when it runs, so `switchyard --help` stays
 from __future__ import annotations
 
 import argparse
+import functools
+import importlib
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -59,18 +61,6 @@ def _cmd_triton(config: SwitchyardConfig, args: argparse.Namespace) -> int:
     return run_triton(config, args.pool, ports, copy=args.copy, server_id=args.server_id, fill=not args.no_fill)
 
 
-def _server_command(name: str) -> Callable[[SwitchyardConfig, argparse.Namespace], int]:
-    """The `switchyard.server_commands` function `name`, imported only when it runs."""
-
-    def run(config: SwitchyardConfig, args: argparse.Namespace) -> int:
-        from switchyard import server_commands
-
-        result: int = getattr(server_commands, name)(config, args)
-        return result
-
-    return run
-
-
 def _cmd_gateway(config: SwitchyardConfig, args: argparse.Namespace) -> int:
     from gateway.server import serve
 
@@ -96,23 +86,11 @@ def _cmd_dispatcher(config: SwitchyardConfig, args: argparse.Namespace) -> int:
     return 0
 
 
-def _batch_command(name: str) -> Callable[[SwitchyardConfig, argparse.Namespace], int]:
-    def run(config: SwitchyardConfig, args: argparse.Namespace) -> int:
-        from switchyard import batch_commands
-
-        result: int = getattr(batch_commands, name)(config, args)
-        return result
-
-    return run
-
-
-def _quota_command(name: str) -> Callable[[SwitchyardConfig, argparse.Namespace], int]:
-    """The `switchyard.quota_commands` function `name`, imported only when it runs."""
+def _lazy(module: str, name: str) -> Callable[[SwitchyardConfig, argparse.Namespace], int]:
+    """The function `name` of `switchyard.<module>` as a subcommand, imported only when it runs."""
 
     def run(config: SwitchyardConfig, args: argparse.Namespace) -> int:
-        from switchyard import quota_commands
-
-        result: int = getattr(quota_commands, name)(config, args)
+        result: int = getattr(importlib.import_module(f"switchyard.{module}"), name)(config, args)
         return result
 
     return run
@@ -123,17 +101,19 @@ def _add_quota_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     keys_sub = keys.add_subparsers(dest="keys_command", required=True)
     create = keys_sub.add_parser("create", help="make a key for TEAM and print it once")
     create.add_argument("team")
-    create.set_defaults(func=_quota_command("keys_create"))
-    keys_sub.add_parser("list", help="team and hash prefix of every key").set_defaults(func=_quota_command("keys_list"))
+    create.set_defaults(func=_lazy("quota_commands", "keys_create"))
+    keys_sub.add_parser("list", help="team and hash prefix of every key").set_defaults(
+        func=_lazy("quota_commands", "keys_list")
+    )
     revoke = keys_sub.add_parser("revoke", help="forget the key whose hash starts with PREFIX")
     revoke.add_argument("prefix")
-    revoke.set_defaults(func=_quota_command("keys_revoke"))
+    revoke.set_defaults(func=_lazy("quota_commands", "keys_revoke"))
 
     usage = sub.add_parser("usage", help="print usage per team, model and class")
     usage.add_argument("--team", default=None, help="one team (default: all)")
     usage.add_argument("--since", default="24h", help="a duration (24h, 7d) or an ISO time (default 24h)")
     usage.add_argument("--hourly", action="store_true", help="one row per hour")
-    usage.set_defaults(func=_quota_command("usage"))
+    usage.set_defaults(func=_lazy("quota_commands", "usage"))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -155,10 +135,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     servers = sub.add_parser("servers", help="list the registered servers with their load")
     servers.add_argument("--pool", default=None)
-    servers.set_defaults(func=_server_command("servers"))
+    servers.set_defaults(func=_lazy("server_commands", "servers"))
     drain = sub.add_parser("drain", help="drain a server: no new requests, finish the running ones, stop")
     drain.add_argument("server_id", metavar="SERVER")
-    drain.set_defaults(func=_server_command("drain"))
+    drain.set_defaults(func=_lazy("server_commands", "drain"))
 
     gateway = sub.add_parser("gateway", help="run the HTTP gateway")
     gateway.add_argument("--host", default=None)
@@ -176,7 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_quota_parsers(sub)
     from switchyard.batch_commands import add_batch_parsers
 
-    add_batch_parsers(sub, _batch_command)
+    add_batch_parsers(sub, functools.partial(_lazy, "batch_commands"))
     return parser
 
 
