@@ -38,6 +38,7 @@ class FleetPicker:
         self._index = index or PrefixIndex()
         self._clock = clock
         self._sent: dict[str, _Sent] = {}  # request id -> where it went
+        self._failed_at: dict[str, float] = {}  # server -> when a request last failed there
 
     def pick(self, request: GenerationRequest, exclude: Collection[str]) -> str | None:
         pools = self._config.pools_for_model(request.model_id)
@@ -47,7 +48,7 @@ class FleetPicker:
         matches = self._index.matches(request.prefix_block_hashes)
         tokens = request.prompt_tokens + request.max_tokens
         home = request.prefix_block_hashes[0] if request.prefix_block_hashes else None
-        choice = self._policy.choose(servers, tokens, matches, exclude, home_key=home)
+        choice = self._policy.choose(servers, tokens, matches, [*exclude, *self._suspects()], home_key=home)
         return None if choice is None else choice.server_id
 
     def started(self, server_id: str, request: GenerationRequest) -> None:
@@ -56,6 +57,12 @@ class FleetPicker:
 
     def ended(self, server_id: str, request: GenerationRequest, failed: bool) -> None:
         self._sent.pop(request.request_id, None)
+        if failed:  # not routed to again until a scrape after this says it answers
+            self._failed_at[server_id] = self._clock()
+
+    def _suspects(self) -> list[str]:
+        scraped = self._directory.scraped_at
+        return [server for server, at in self._failed_at.items() if scraped.get(server, 0.0) <= at]
 
     def forget_server(self, server_id: str) -> None:
         """It left the fleet: its cache went with it."""

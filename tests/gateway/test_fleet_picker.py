@@ -1,0 +1,78 @@
+"""FleetPicker over a stand-in directory (what the registry and the scrapes would say)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from gateway.backend import GenerationRequest
+from gateway.fleet_picker import FleetPicker
+from router.routing_policy import ServerLoad, ServerState
+from switchyard.config import load_config
+
+
+class Directory:
+    def __init__(self, loads: list[ServerLoad]) -> None:
+        self._loads = loads
+        self.scraped_at = {load.server_id: 0.0 for load in loads}
+
+    def loads(self, pool_id: str) -> list[ServerLoad]:
+        return list(self._loads) if pool_id == "small" else []
+
+
+class Clock:
+    now = 10.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def idle(server_id: str) -> ServerLoad:
+    return ServerLoad(server_id, ServerState.READY, 100_000, 100_000, 0, 0)
+
+
+def request(request_id: str, hashes: tuple[int, ...] = ()) -> GenerationRequest:
+    return GenerationRequest(request_id, "small", "p", max_tokens=100, prompt_tokens=1000, prefix_block_hashes=hashes)
+
+
+def picker(config_path: Path, directory: Any, clock: Clock) -> FleetPicker:
+    return FleetPicker(load_config(config_path), directory, clock=clock)
+
+
+def test_sends_since_the_last_scrape_count_as_load(config_path: Path) -> None:
+    clock, directory = Clock(), Directory([idle("a"), idle("b")])
+    choose = picker(config_path, directory, clock)
+    first = choose.pick(request("r1"), ())
+    assert first is not None
+    choose.started(first, request("r1"))
+    second = choose.pick(request("r2"), ())
+    assert second is not None and second != first  # r1 is not in any scrape yet: it counts
+    directory.scraped_at = {"a": 11.0, "b": 11.0}  # a scrape after r1 went out: its load is in it
+    assert choose.pick(request("r3"), ()) == first
+
+
+def test_a_prompt_goes_back_where_its_prefix_went(config_path: Path) -> None:
+    clock, directory = Clock(), Directory([idle("a"), idle("b"), idle("c")])
+    choose = picker(config_path, directory, clock)
+    went = choose.pick(request("r1", (7, 8, 9)), ())
+    assert went is not None
+    choose.started(went, request("r1", (7, 8, 9)))
+    choose.ended(went, request("r1", (7, 8, 9)), failed=False)
+    assert choose.pick(request("r2", (7, 8, 10)), ()) == went
+
+
+def test_a_server_that_failed_is_skipped_until_scraped_again(config_path: Path) -> None:
+    clock, directory = Clock(), Directory([idle("a"), idle("b")])
+    choose = picker(config_path, directory, clock)
+    choose.started("a", request("r1"))
+    choose.ended("a", request("r1"), failed=True)
+    assert {choose.pick(request(f"r{i}"), ()) for i in range(2, 6)} == {"b"}
+    assert choose.pick(request("r6"), ("b",)) is None  # nothing else to try
+    directory.scraped_at["a"] = 11.0  # it answered a scrape since
+    assert choose.pick(request("r7"), ("b",)) == "a"
+
+
+async def test_readiness_per_pool(config_path: Path) -> None:
+    clock = Clock()
+    ready = await picker(config_path, Directory([idle("a")]), clock).readiness()
+    assert {(r.pool_id, r.ready) for r in ready} == {("small", True), ("large", False)}
