@@ -53,13 +53,13 @@ def triton_backend_factory(config: SwitchyardConfig, settings: GatewaySettings) 
 
 @contextlib.asynccontextmanager
 async def _polled_capacity(config: SwitchyardConfig, backend: GenerationBackend) -> AsyncIterator[CapacitySource]:
-    """Each pool's KV capacity from its servers' metrics, refreshed in the background: the
-    servers the fleet backend routes to, or (another backend) the configured ones."""
-    endpoints = backend.metrics_urls if isinstance(backend, FleetBackend) else None
-    if endpoints is None:
-        endpoints = lambda: config_metrics_urls(config)  # noqa: E731
+    """Each pool's KV capacity: the fleet backend's directory already reads every server's
+    metrics; another backend gets its configured servers polled in the background."""
+    if isinstance(backend, FleetBackend) and backend.capacity is not None:
+        yield backend.capacity
+        return
     async with httpx.AsyncClient() as client:
-        monitor = CapacityMonitor(endpoints, client, config.quota.capacity_refresh_s)
+        monitor = CapacityMonitor(lambda: config_metrics_urls(config), client, config.quota.capacity_refresh_s)
         await monitor.refresh()
         task = asyncio.create_task(monitor.run(), name="capacity-monitor")
         try:

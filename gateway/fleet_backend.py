@@ -30,6 +30,7 @@ from gateway.backend import (
     PoolReadiness,
     Usage,
 )
+from quota.capacity import CapacitySource
 
 logger = logging.getLogger(__name__)
 
@@ -64,16 +65,16 @@ class FleetBackend(GenerationBackend):
         *,
         max_attempts: int = 3,
         retry_after_s: int = 5,
-        metrics_urls: Callable[[], dict[str, list[str]]] | None = None,
+        capacity: CapacitySource | None = None,
         on_close: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
-        """`metrics_urls`: per pool, the servers admission counts (the directory's view);
-        `on_close`: releases what the picker's directory holds."""
+        """`capacity`: each pool's KV as the picker's directory sees it (what admission counts);
+        `on_close`: releases what the directory holds."""
         self._picker = picker
         self._streams = streams
         self._max_attempts = max_attempts
         self._retry_after_s = retry_after_s
-        self.metrics_urls = metrics_urls
+        self.capacity = capacity
         self._on_close = on_close
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationDelta]:

@@ -46,6 +46,4 @@ def fleet_backend(config: SwitchyardConfig, host: str = "127.0.0.1", retry_after
         await client.aclose()
 
     directory.start()
-    return FleetBackend(
-        picker, streams, retry_after_s=retry_after_s, metrics_urls=directory.metrics_urls, on_close=close
-    )
+    return FleetBackend(picker, streams, retry_after_s=retry_after_s, capacity=directory, on_close=close)

@@ -7,6 +7,9 @@
 A pool with no registered server falls back to the server its `switchyard.yaml` ports name
 (one started by hand with `switchyard triton`), taken as ready while its metrics answer.
 A server whose metrics cannot be read is not routed to until they can.
+
+It is also admission's `CapacitySource`: a pool holds its ready servers' KV, plus what its
+draining servers still use for the replies they are finishing (their leases are still held).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import Any
 
 import httpx
 
+from quota.capacity import PoolCapacity
 from router.registry import ServerInfo, ServerRegistry
 from router.routing_policy import ServerLoad, ServerState
 from router.server_health import parse_engine_health
@@ -54,6 +58,14 @@ class ServerDirectory:
         self._loads: dict[str, ServerLoad] = {}
         self.scraped_at: dict[str, float] = {}
         self._task: asyncio.Task[None] | None = None
+        self._capacity: dict[str, PoolCapacity] = {}
+        self._listeners: list[Callable[[str], None]] = []
+
+    def capacity(self, pool_id: str) -> PoolCapacity:
+        return self._capacity.get(pool_id, PoolCapacity(pool_id))
+
+    def subscribe(self, listener: Callable[[str], None]) -> None:
+        self._listeners.append(listener)
 
     def loads(self, pool_id: str) -> list[ServerLoad]:
         return [load for sid, load in self._loads.items() if self._infos[sid].pool_id == pool_id]
@@ -61,14 +73,6 @@ class ServerDirectory:
     def pool_of(self, server_id: str) -> str | None:
         info = self._infos.get(server_id)
         return None if info is None else info.pool_id
-
-    def metrics_urls(self) -> dict[str, list[str]]:
-        """Per pool, the metrics of its servers that take work (what admission counts as capacity)."""
-        urls: dict[str, list[str]] = {pool_id: [] for pool_id in self._config.pools}
-        for server_id, load in self._loads.items():
-            if load.state is ServerState.READY:
-                urls[self._infos[server_id].pool_id].append(self._infos[server_id].metrics_url)
-        return urls
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="server-directory")
@@ -120,6 +124,27 @@ class ServerDirectory:
             if server_id not in self._infos or server_id in moved:
                 self._on_added(info)
         self._infos, self._loads = infos, loads
+        self._update_capacity()
+
+    def _update_capacity(self) -> None:
+        capacity: dict[str, PoolCapacity] = {}
+        for pool_id in self._config.pools:
+            loads = self.loads(pool_id)
+            ready = [load for load in loads if load.state is ServerState.READY]
+            draining = [load for load in loads if load.state is ServerState.DRAINING]
+            capacity[pool_id] = PoolCapacity(
+                pool_id,
+                capacity_tokens=sum(load.capacity_tokens for load in ready)
+                + sum(max(0, load.capacity_tokens - load.free_tokens) for load in draining),
+                free_tokens=sum(load.free_tokens for load in ready),
+                ready_servers=len(ready),
+                servers=len(loads),
+            )
+        changed = [p for p in capacity if capacity[p].capacity_tokens != self.capacity(p).capacity_tokens]
+        self._capacity = capacity
+        for pool_id in changed:
+            for listener in self._listeners:
+                listener(pool_id)
 
     async def _servers(self, now: float) -> list[ServerInfo]:
         registered = await self._registry.servers(now=now) if self._registry is not None else []
