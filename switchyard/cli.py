@@ -9,6 +9,7 @@
     switchyard keys create TEAM       a new API key for TEAM, printed once (also: list, revoke)
     switchyard usage [--since 24h]    usage per team, model and class
     switchyard dispatcher             run the bulk dispatcher in the foreground
+    switchyard plan MODEL             KV bytes per token, tokens and requests per GPU, engine sizes
     switchyard batches [submit FILE --model M --deadline 6h | show | cancel | results]
 
 Each subcommand imports what it needs when it runs, so `switchyard --help` stays instant.
@@ -152,6 +153,10 @@ def build_parser() -> argparse.ArgumentParser:
     dispatcher = sub.add_parser("dispatcher", help="run the bulk dispatcher (releases batch entries onto spare room)")
     dispatcher.add_argument("--gateway-url", default=None, help="gateway to submit through (default from config)")
     dispatcher.set_defaults(func=_cmd_dispatcher)
+
+    from switchyard.plan_commands import add_plan_parser
+
+    add_plan_parser(sub).set_defaults(func=_lazy("plan_commands", "plan"))
 
     _add_quota_parsers(sub)
     from switchyard.batch_commands import add_batch_parsers

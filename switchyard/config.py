@@ -49,6 +49,11 @@ class ModelSpec(_Strict):
     max_context_tokens: Annotated[int, Field(ge=16)]
     architecture: Architecture | None = None  # None: an operator-provided checkpoint
     seed: int = 0
+    # Weights' and KV cache's element type on a GPU (`switchyard plan`: 2 bytes, or 1 for fp8).
+    dtype: Literal["float16", "bfloat16", "fp8"] = "float16"
+    # KV cache bytes one token holds in one copy, for a model whose architecture is not given
+    # here; with an architecture `switchyard plan` derives it and this overrides the derivation.
+    kv_bytes_per_token: Annotated[int, Field(ge=1)] | None = None
 
 
 class EngineSpec(_Strict):
@@ -165,6 +170,19 @@ class BulkSpec(_Strict):
     metrics_port: Annotated[int, Field(ge=0, le=65535)] = 8009  # the dispatcher's /metrics; 0: none
 
 
+class GpuSpec(_Strict):
+    """The GPUs a pool's servers run on, for `switchyard plan`'s sizing (one kind per fleet).
+
+    Gigabytes are decimal (10^9 bytes), as in the brief's arithmetic."""
+
+    memory_gb: Annotated[float, Field(gt=0)] = 80.0
+    # What the engine keeps out of the KV cache beyond the weights: activations, CUDA graphs,
+    # the runtime's own buffers (TensorRT-LLM measures this at load; 2 GB is a round guess).
+    runtime_reserve_gb: Annotated[float, Field(ge=0)] = 2.0
+    # Share of what is then free that becomes KV cache: TensorRT-LLM's free_gpu_memory_fraction.
+    kv_memory_fraction: Annotated[float, Field(gt=0, le=1)] = 0.9
+
+
 class GatewaySpec(_Strict):
     host: str = "127.0.0.1"
     port: Annotated[int, Field(ge=1, le=65535)] = 8000
@@ -194,6 +212,7 @@ class SwitchyardConfig(_Strict):
     quota: QuotaSpec = QuotaSpec()
     bulk: BulkSpec = BulkSpec()
     fleet: FleetSpec = FleetSpec()
+    gpu: GpuSpec = GpuSpec()
 
     @model_validator(mode="after")
     def _pools_name_models(self) -> SwitchyardConfig:
