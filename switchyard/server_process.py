@@ -103,6 +103,7 @@ def _report_leftovers(name: str, reaped: Reaped) -> None:
         print(
             f"triton {name!r}: removed {reaped.processes} orphaned stub processes and "
             f"{reaped.shm_files} shared-memory regions of earlier runs",
+            file=sys.stderr,
             flush=True,
         )
 
