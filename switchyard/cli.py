@@ -59,7 +59,13 @@ def _cmd_triton(config: SwitchyardConfig, args: argparse.Namespace) -> int:
         except ValueError:
             print(f"--ports wants HTTP,GRPC,METRICS port numbers, got {args.ports!r}", file=sys.stderr)
             return 2
-    return run_triton(config, args.pool, ports, copy=args.copy, server_id=args.server_id, fill=not args.no_fill)
+    if args.register_host and not args.server_id:
+        print("--register-host needs --server-id", file=sys.stderr)
+        return 2
+    return run_triton(
+        config, args.pool, ports, copy=args.copy, server_id=args.server_id, fill=not args.no_fill,
+        register_host=args.register_host,
+    )  # fmt: skip
 
 
 def _cmd_gateway(config: SwitchyardConfig, args: argparse.Namespace) -> int:
@@ -132,6 +138,11 @@ def build_parser() -> argparse.ArgumentParser:
     triton.add_argument("--server-id", default=None, help="its id in the registry (marked draining on SIGTERM)")
     triton.add_argument("--ports", default=None, help="HTTP,GRPC,METRICS instead of the copy's ports")
     triton.add_argument("--no-fill", action="store_true", help="serve the model repository as it is")
+    triton.add_argument(
+        "--register-host",
+        default=None,
+        help="register and heartbeat this server itself at HOST (no supervisor: a Kubernetes pod's IP)",
+    )
     triton.set_defaults(func=_cmd_triton)
 
     servers = sub.add_parser("servers", help="list the registered servers with their load")

@@ -21,6 +21,7 @@ server's process drains it" holds whoever sends the signal: the supervisor actin
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -28,10 +29,12 @@ from collections.abc import Callable
 import httpx
 import redis.asyncio
 
-from router.registry import ServerRegistry
+from router.registry import ServerInfo, ServerRegistry
+from router.routing_policy import ServerState
 from router.server_health import parse_engine_health
 from switchyard.config import Ports, SwitchyardConfig
 from switchyard.leftovers import Reaped, reap_leftovers
+from switchyard.self_registration import SelfRegistration
 from switchyard.signals import drain_on_sigterm
 from switchyard.triton_server import TritonServer, TritonStartError
 
@@ -48,9 +51,12 @@ def run_triton(
     copy: int = 0,
     server_id: str | None = None,
     fill: bool = True,
+    register_host: str | None = None,
 ) -> int:
     """Fill the pool's repository (unless `fill` is False), serve until a signal; returns the
-    process exit code. `ports` default to copy `copy`'s (`PoolSpec.copy_ports`)."""
+    process exit code. `ports` default to copy `copy`'s (`PoolSpec.copy_ports`).
+    `register_host`: register (as `server_id`, reachable at that host) and heartbeat this
+    server itself, where no supervisor does (a Kubernetes pod)."""
     from build_engines.repository import fill_repository
 
     if pool_id not in config.pools:
@@ -59,7 +65,9 @@ def run_triton(
     name = server_id or (pool_id if copy == 0 else f"{pool_id}-{copy}")
     repository = fill_repository(config, pool_id) if fill else config.pool_repository(pool_id)
     # Started from this (main) thread, so the kernel's kill-with-parent applies for our lifetime.
-    server = TritonServer(repository, ports, var_dir=config.var_path, name=name, die_with_parent=True)
+    # Registered for gateways elsewhere (a pod): listen on every interface, not only loopback.
+    host = "0.0.0.0" if register_host is not None else "127.0.0.1"
+    server = TritonServer(repository, ports, var_dir=config.var_path, name=name, host=host, die_with_parent=True)
     _report_leftovers(name, reap_leftovers(name))  # of an earlier life of this server, killed
     with drain_on_sigterm() as shutdown:
         try:
@@ -69,6 +77,10 @@ def run_triton(
                 return EXIT_STOPPED if shutdown.immediate.is_set() else EXIT_DRAINED
             print(f"tritonserver {name!r} did not start: {exc}", file=sys.stderr, flush=True)
             return 1
+        registration = None
+        if register_host is not None:
+            registration = SelfRegistration(config, _self_info(pool_id, name, register_host, ports))
+            registration.start()
         try:
             print(
                 f"triton {name!r} (pool {pool_id!r}) ready: http {server.http_url}, grpc {server.grpc_url}, "
@@ -94,8 +106,18 @@ def run_triton(
             print(f"triton {name!r}: {'drained' if drained else 'drain cut short'}; stopping", flush=True)
             return EXIT_STOPPED if shutdown.immediate.is_set() else EXIT_DRAINED
         finally:
+            if registration is not None:
+                registration.stop()
             server.stop(timeout_s=15.0)
             _report_leftovers(name, reap_leftovers(name))
+
+
+def _self_info(pool_id: str, server_id: str, host: str, ports: Ports) -> ServerInfo:
+    now = time.time()
+    return ServerInfo(
+        server_id, pool_id, host, ports.http, ports.grpc, ports.metrics, (), ServerState.STARTING, now, now,
+        pid=os.getpid(),
+    )  # fmt: skip
 
 
 def _report_leftovers(name: str, reaped: Reaped) -> None:

@@ -212,7 +212,9 @@ def test_triton_readiness_runs_the_heartbeat_script(overlay: tuple[str, list[Man
     assert command[1] == "/etc/switchyard/triton_ready.py"
     ports = {port["name"]: str(port["containerPort"]) for port in container["ports"]}
     assert command[2:] == [ports["http"], ports["metrics"]]
-    assert container["args"][-1] == f"{ports['http']},{ports['grpc']},{ports['metrics']}"
+    args = container["args"]
+    assert args[args.index("--ports") + 1] == f"{ports['http']},{ports['grpc']},{ports['metrics']}"
+    assert args[args.index("--register-host") + 1] == "$(POD_IP)"  # no supervisor in a pod: it registers itself
     assert container["readinessProbe"]["timeoutSeconds"] >= 2  # the script sleeps 0.6 s between reads
 
 
