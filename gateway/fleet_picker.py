@@ -81,9 +81,18 @@ class FleetPicker:
         ]
 
     def _with_sent(self, load: ServerLoad) -> ServerLoad:
-        """The scraped load plus what went there after the scrape (not in its numbers yet)."""
-        since = self._directory.scraped_at.get(load.server_id, 0.0)
-        sent = [s for s in self._sent.values() if s.server_id == load.server_id and s.at > since]
-        if not sent:
+        """The scraped load plus what this gateway sent there that the numbers may not show.
+
+        KV: what went out after the scrape. Requests: never fewer than this gateway's own
+        unfinished ones there, since an engine's request gauges lag its intake by a few
+        hundred milliseconds (a burst would otherwise all look like it fits on one server)."""
+        mine = [s for s in self._sent.values() if s.server_id == load.server_id]
+        if not mine:
             return load
-        return replace(load, inflight_tokens=sum(s.tokens for s in sent), inflight_requests=len(sent))
+        since = self._directory.scraped_at.get(load.server_id, 0.0)
+        scraped = load.active_requests + load.waiting_requests
+        return replace(
+            load,
+            inflight_tokens=sum(s.tokens for s in mine if s.at > since),
+            inflight_requests=max(0, len(mine) - scraped),
+        )

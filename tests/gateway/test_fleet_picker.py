@@ -39,7 +39,7 @@ def picker(config_path: Path, directory: Any, clock: Clock) -> FleetPicker:
     return FleetPicker(load_config(config_path), directory, clock=clock)
 
 
-def test_sends_since_the_last_scrape_count_as_load(config_path: Path) -> None:
+def test_this_gateways_unfinished_requests_count_as_load(config_path: Path) -> None:
     clock, directory = Clock(), Directory([idle("a"), idle("b")])
     choose = picker(config_path, directory, clock)
     first = choose.pick(request("r1"), ())
@@ -47,8 +47,10 @@ def test_sends_since_the_last_scrape_count_as_load(config_path: Path) -> None:
     choose.started(first, request("r1"))
     second = choose.pick(request("r2"), ())
     assert second is not None and second != first  # r1 is not in any scrape yet: it counts
-    directory.scraped_at = {"a": 11.0, "b": 11.0}  # a scrape after r1 went out: its load is in it
-    assert choose.pick(request("r3"), ()) == first
+    choose.started(second, request("r2"))
+    directory.scraped_at = {"a": 11.0, "b": 11.0}  # a scrape since, but the engines' gauges lag
+    choose.ended(first, request("r1"), failed=False)
+    assert choose.pick(request("r3"), ()) == first  # r2 still runs on the other one
 
 
 def test_a_prompt_goes_back_where_its_prefix_went(config_path: Path) -> None:
