@@ -213,14 +213,15 @@ def test_a_drained_server_finishes_its_replies_and_gets_no_new_work(fleet: Fleet
 
 
 def test_a_hot_prefix_spreads_over_both_servers(fleet: Fleet, live_gateway: LiveGateway) -> None:
-    """16 concurrent requests with one 200-token prefix: the first server to hold it would get
-    them all by affinity alone; bounded load (1.25x the mean) sends the rest to the other."""
+    """16 concurrent requests with one 200-token prefix (replies long enough to overlap): the
+    first server to hold it would get them all by affinity alone; bounded load (1.25x the mean)
+    sends the rest to the other."""
     url, headers = live_gateway.url, live_gateway.headers
     prefix = " ".join(f"shared{i}" for i in range(100))
     base = {name: _llm_requests(server)[0] for name, server in fleet.servers.items()}
     with ThreadPoolExecutor(16) as pool:
         replies = list(
-            pool.map(lambda i: _stream(url, headers, f"{prefix} tail {i}", threading.Event(), 64), range(16))
+            pool.map(lambda i: _stream(url, headers, f"{prefix} tail {i}", threading.Event(), 400), range(16))
         )
     assert all(isinstance(r["final"], dict) for r in replies)
     served = {name: _llm_requests(server)[0] - base[name] for name, server in fleet.servers.items()}
