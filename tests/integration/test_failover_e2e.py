@@ -31,7 +31,7 @@ from .conftest import LiveGateway, TritonPool
 pytestmark = pytest.mark.integration
 
 STREAMS = 16
-MAX_TOKENS = 800  # long enough that the kill lands mid-reply on the tiny model
+MAX_TOKENS = 950  # long enough that the kill lands mid-reply (16 leases of ~970 fit two tiny servers)
 DRAIN_MAX_TOKENS = 1800  # ... and that the drain does
 # Leases of prompt + max_tokens: once fo-a drains, admission counts only fo-b's 8,192 tokens, so
 # the long replies and the new short ones must fit there.
@@ -148,7 +148,6 @@ def test_a_server_killed_mid_reply_costs_the_clients_nothing(fleet: Fleet, live_
                 lambda ps: _stream(url, headers, ps[0], threading.Event(), seed=ps[1]), zip(prompts, seeds, strict=True)
             )
         )
-        received = {name: _llm_requests(server)[0] for name, server in fleet.servers.items()}
         started = [threading.Event() for _ in prompts]
         futures = [
             pool.submit(_stream, url, headers, p, e, MAX_TOKENS, seed)
@@ -157,8 +156,10 @@ def test_a_server_killed_mid_reply_costs_the_clients_nothing(fleet: Fleet, live_
         assert all(event.wait(60) for event in started), "the streams never got going"
         log = live_gateway.config.var_path / "logs" / "gw.log"
         failovers_before = log.read_text().count("trying another")
-        taken = {name: _llm_requests(server)[0] - received[name] for name, server in fleet.servers.items()}
-        fleet.kill(max(taken, key=lambda name: taken[name]))  # the busier one, while all 16 are mid-reply
+        holding = {name: _llm_requests(server)[1] for name, server in fleet.servers.items()}
+        victim = max(holding, key=lambda name: holding[name])
+        assert holding[victim] > 0, f"no server holds a stream any more: {holding}"
+        fleet.kill(victim)  # the one holding more of the 16 replies, mid-reply
         replies = [future.result(timeout=120) for future in futures]
     assert log.read_text().count("trying another") > failovers_before  # replies really were cut
     for got, want in zip(replies, reference, strict=True):
