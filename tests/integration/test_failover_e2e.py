@@ -24,6 +24,7 @@ from router.registry import ServerInfo, ServerRegistry, server_key
 from router.routing_policy import ServerState
 from switchyard.config import Ports
 from switchyard.ports import free_ports
+from switchyard.process import wait_until
 from switchyard.triton_server import TritonServer
 
 from .conftest import LiveGateway, TritonPool
@@ -122,6 +123,7 @@ def _stream(
     body = {"model": "tiny", "prompt": prompt, "max_tokens": max_tokens, "ignore_eos": True, "stream": True,
             **sampling}  # fmt: skip
     text, final, deltas = [], None, 0
+    token_ids: list[int] = []
     with httpx.stream("POST", f"{url}/v1/generate", json=body, headers=headers, timeout=120) as reply:
         assert reply.status_code == 200, reply.read()
         for line in reply.iter_lines():
@@ -130,12 +132,13 @@ def _stream(
             event = json.loads(line.removeprefix("data: "))
             if "text" in event and "usage" not in event:
                 text.append(event["text"])
+                token_ids.extend(event.get("token_ids", []))
                 deltas += 1
                 if deltas == 2:
                     started.set()
             else:
                 final = event
-    return {"text": "".join(text), "final": final}
+    return {"text": "".join(text), "token_ids": token_ids, "final": final}
 
 
 def test_a_server_killed_mid_reply_costs_the_clients_nothing(fleet: Fleet, live_gateway: LiveGateway) -> None:
@@ -148,23 +151,26 @@ def test_a_server_killed_mid_reply_costs_the_clients_nothing(fleet: Fleet, live_
                 lambda ps: _stream(url, headers, ps[0], threading.Event(), seed=ps[1]), zip(prompts, seeds, strict=True)
             )
         )
+        received = {name: _llm_requests(server)[0] for name, server in fleet.servers.items()}
         started = [threading.Event() for _ in prompts]
         futures = [
             pool.submit(_stream, url, headers, p, e, MAX_TOKENS, seed)
             for p, e, seed in zip(prompts, started, seeds, strict=True)
         ]
-        assert all(event.wait(60) for event in started), "the streams never got going"
+        assert wait_until(lambda: all(e.is_set() for e in started[:4]), 60), "the streams never got going"
         log = live_gateway.config.var_path / "logs" / "gw.log"
         failovers_before = log.read_text().count("trying another")
-        holding = {name: _llm_requests(server)[1] for name, server in fleet.servers.items()}
-        victim = max(holding, key=lambda name: holding[name])
-        assert holding[victim] > 0, f"no server holds a stream any more: {holding}"
-        fleet.kill(victim)  # the one holding more of the 16 replies, mid-reply
+        taken = {name: _llm_requests(server)[0] - received[name] for name, server in fleet.servers.items()}
+        fleet.kill(max(taken, key=lambda name: taken[name]))  # the one that took more, early in the replies
         replies = [future.result(timeout=120) for future in futures]
     assert log.read_text().count("trying another") > failovers_before  # replies really were cut
-    for got, want in zip(replies, reference, strict=True):
-        assert got["text"] == want["text"]  # one unbroken stream: nothing repeated, nothing missing
+    for index, (got, want) in enumerate(zip(replies, reference, strict=True)):
         final = got["final"]
+        assert got["token_ids"] == want["token_ids"], f"reply {index}"  # token for token the same reply
+        # The text too, but for U+FFFD: where a reply is cut inside a character split across
+        # tokens (the tiny model writes such bytes all the time), the resuming server may render
+        # invalid bytes as another number of replacement characters. Known; see the issue note.
+        assert str(got["text"]).replace("\ufffd", "") == str(want["text"]).replace("\ufffd", ""), f"reply {index}"
         assert isinstance(final, dict) and final.get("stop_reason") == "length", final
         assert final["usage"]["completion_tokens"] == MAX_TOKENS  # each token counted once
 
