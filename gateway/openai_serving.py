@@ -28,7 +28,9 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from gateway.backend import BackendError, RequestClass, Usage
 from gateway.errors import error_payload, error_response, invalid_request
-from gateway.openai_schemas import FinishReason
+from gateway.generation import GenerationInput
+from gateway.idempotency import fingerprint
+from gateway.openai_schemas import ChatCompletionRequest, CompletionRequest, FinishReason
 from gateway.readers import reading, wait_unless_disconnected
 from gateway.requests_registry import InflightRequest, RequestRegistry
 from gateway.schemas import RequestId
@@ -202,3 +204,30 @@ async def reply(
     if stream:
         return sse_response(stream_chunks(entry, registry, writer, include_usage, heartbeat_s), entry.public_id)
     return JSONResponse(whole(finish_reason(entry)).model_dump(), headers={REQUEST_ID_HEADER: entry.public_id})
+
+
+def started_generation(
+    body: CompletionRequest | ChatCompletionRequest,
+    route: str,
+    prompt: str,
+    max_tokens: int,
+    request_class: RequestClass | None,
+    request_id: str | None,
+) -> tuple[GenerationInput, str]:
+    """What both OpenAI routes ask `GenerationService.start` for: the generation (prompt and
+    max_tokens as the route resolved them) and the body's fingerprint, scoped by `route`."""
+    inp = GenerationInput(
+        model=body.model,
+        prompt=prompt,
+        max_tokens=max_tokens,
+        stop=tuple(body.stop),
+        request_class=request_class,
+        request_id=request_id,
+        temperature=body.temperature,
+        top_p=body.top_p,
+        top_k=body.top_k,
+        seed=body.seed,
+        ignore_eos=bool(body.ignore_eos),
+    )
+    digest = fingerprint({"route": route, **body.model_dump(mode="json", exclude={"stream", "stream_options"})})
+    return inp, digest

@@ -14,8 +14,7 @@ from gateway.backend import Usage
 from gateway.chat_template import ChatMessage, ChatTemplates
 from gateway.deps import GenerationDep, RegistryDep, SettingsDep, get_services
 from gateway.errors import invalid_request
-from gateway.generation import GenerationInput, count_prompt_tokens
-from gateway.idempotency import fingerprint
+from gateway.generation import count_prompt_tokens
 from gateway.openai_schemas import (
     ChatChoice,
     ChatChunkChoice,
@@ -33,6 +32,7 @@ from gateway.openai_serving import (
     RequestIdHeader,
     reply,
     sse_data,
+    started_generation,
 )
 from gateway.schemas import ErrorBody
 
@@ -112,21 +112,7 @@ async def create_chat_completion(
         rest = model.max_context_tokens - await count_prompt_tokens(model, prompt)
         max_tokens = max(1, min(DEFAULT_CHAT_MAX_TOKENS, rest))
     entry = await generation.start(
-        principal,
-        GenerationInput(
-            model=body.model,
-            prompt=prompt,
-            max_tokens=max_tokens,
-            stop=tuple(body.stop),
-            request_class=request_class,
-            request_id=request_id,
-            temperature=body.temperature,
-            top_p=body.top_p,
-            top_k=body.top_k,
-            seed=body.seed,
-            ignore_eos=bool(body.ignore_eos),
-        ),
-        fingerprint({"route": "chat", **body.model_dump(mode="json", exclude={"stream", "stream_options"})}),
+        principal, *started_generation(body, "chat", prompt, max_tokens, request_class, request_id)
     )
     chunks = ChatChunks(f"chatcmpl-{entry.public_id}", created, body.model)
 

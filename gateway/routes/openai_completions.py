@@ -10,8 +10,6 @@ from fastapi import APIRouter, Request, Response
 from gateway.auth import PrincipalDep
 from gateway.backend import Usage
 from gateway.deps import GenerationDep, RegistryDep, SettingsDep
-from gateway.generation import GenerationInput
-from gateway.idempotency import fingerprint
 from gateway.openai_schemas import Completion, CompletionChoice, CompletionRequest, CompletionUsage, FinishReason
 from gateway.openai_serving import (
     OpenAIRoute,
@@ -19,6 +17,7 @@ from gateway.openai_serving import (
     RequestIdHeader,
     reply,
     sse_data,
+    started_generation,
 )
 from gateway.schemas import ErrorBody
 
@@ -66,20 +65,7 @@ async def create_completion(
     created = int(time.time())
     entry = await generation.start(
         principal,
-        GenerationInput(
-            model=body.model,
-            prompt=body.prompt,
-            max_tokens=body.max_tokens,
-            stop=tuple(body.stop),
-            request_class=request_class,
-            request_id=request_id,
-            temperature=body.temperature,
-            top_p=body.top_p,
-            top_k=body.top_k,
-            seed=body.seed,
-            ignore_eos=bool(body.ignore_eos),
-        ),
-        fingerprint({"route": "completions", **body.model_dump(mode="json", exclude={"stream", "stream_options"})}),
+        *started_generation(body, "completions", body.prompt, body.max_tokens, request_class, request_id),
     )
     chunks = CompletionChunks(f"cmpl-{entry.public_id}", created, body.model)
 
