@@ -11,7 +11,7 @@ side goes through `pb_utils.MetricFamily`, passed in, so tests use a fake.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -59,10 +59,17 @@ class TritonEngineMetrics:
     publishing after every engine step is cheap.
     """
 
-    def __init__(self, metric_family: Any, extra_labels: Mapping[str, str]) -> None:
+    def __init__(
+        self, metric_family: Any, extra_labels: Mapping[str, str], *, families: Collection[str] = tuple(_LABELS)
+    ) -> None:
+        """`families` limits the labelled families this publisher owns: a model that sits next
+        to TensorRT-LLM's backend must not register the backend's own names a second time."""
+        unknown = sorted(set(families) - set(_LABELS))
+        if unknown:
+            raise ValueError(f"unknown metric families {unknown}; known: {sorted(_LABELS)}")
         self._families = {
             name: metric_family(name=name, description=_DESCRIPTIONS[name], kind=metric_family.GAUGE)
-            for name in _LABELS
+            for name in families
         }
         self._extra_labels = dict(extra_labels)
         self._gauges: dict[tuple[str, str], Any] = {}
@@ -77,15 +84,20 @@ class TritonEngineMetrics:
 
     def publish(self, stats: EngineStats) -> None:
         for sample in gauge_samples(stats):
-            key = (sample.family, sample.label)
-            if self._values.get(key) == sample.value:
-                continue
-            gauge = self._gauges.get(key)
-            if gauge is None:
-                labels = {_LABELS[sample.family]: sample.label, **self._extra_labels}
-                gauge = self._gauges[key] = self._families[sample.family].Metric(labels=labels)
-            gauge.set(sample.value)
-            self._values[key] = sample.value
+            if sample.family in self._families:
+                self.set_gauge(sample)
+
+    def set_gauge(self, sample: GaugeSample) -> None:
+        """Set one labelled gauge (created on first use); a no-op when the value is unchanged."""
+        key = (sample.family, sample.label)
+        if self._values.get(key) == sample.value:
+            return
+        gauge = self._gauges.get(key)
+        if gauge is None:
+            labels = {_LABELS[sample.family]: sample.label, **self._extra_labels}
+            gauge = self._gauges[key] = self._families[sample.family].Metric(labels=labels)
+        gauge.set(sample.value)
+        self._values[key] = sample.value
 
     def heartbeat(self, unix_time: float) -> None:
         self._heartbeat.set(unix_time)

@@ -11,7 +11,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from bls.cpp_backend_tensors import CppBackendDialect
+from bls.engine_dialect import EngineDialect, SwitchyardDialect
+from bls.tokenizer import GenerationTokenIds
 from engine.config import EngineConfig
+
+ENGINE_DIALECTS = ("switchyard", "tensorrtllm_cpp")
 
 
 class ModelConfigError(ValueError):
@@ -94,3 +99,27 @@ def engine_config_from_parameters(params: Mapping[str, str]) -> EngineConfig:
             float(cost) if (cost := params.get("max_bulk_cost_beside_interactive", "")) else None
         ),
     )
+
+
+def engine_dialect_from_parameters(params: Mapping[str, str]) -> EngineDialect:
+    """The tensors `llm` speaks to its engine model (`engine_dialect`, bls/engine_dialect.py).
+
+    The C++ backend needs the model's EOS ids in every request: they are read from the
+    checkpoint in `model_dir`.
+    """
+    name = param_str(params, "engine_dialect")
+    if name == "switchyard":
+        return SwitchyardDialect()
+    if name == "tensorrtllm_cpp":
+        model_dir = param_path(params, "model_dir")
+        try:
+            ids = GenerationTokenIds.from_model_dir(model_dir)
+        except ValueError as exc:
+            raise ModelConfigError(str(exc)) from None
+        if not ids.eos_token_ids:
+            raise ModelConfigError(
+                f"engine_dialect tensorrtllm_cpp needs the model's eos_token_id, and neither "
+                f"generation_config.json nor config.json in {model_dir} has one"
+            )
+        return CppBackendDialect(ids.eos_token_ids, ids.pad_token_id)
+    raise ModelConfigError(f"parameter 'engine_dialect' must be one of {', '.join(ENGINE_DIALECTS)}, got {name!r}")

@@ -50,6 +50,38 @@ class StopTokenSequences:
         return tuple(seq for seq in result if seq)
 
 
+def _token_ids(raw: object) -> tuple[int, ...]:
+    """A config's `eos_token_id`-style value (an id, a list of ids, or null) as a tuple."""
+    values = raw if isinstance(raw, list) else [] if raw is None else [raw]
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        raise ValueError(f"token ids must be integers, got {raw!r}")
+    return tuple(values)
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationTokenIds:
+    """The special ids generation needs: every end-of-sequence id, and the padding id."""
+
+    eos_token_ids: tuple[int, ...]
+    pad_token_id: int | None
+
+    @classmethod
+    def from_model_dir(cls, model_dir: Path) -> GenerationTokenIds:
+        """From `generation_config.json` (what generation uses; it may list several EOS ids,
+        e.g. end-of-text and end-of-turn), falling back to `config.json` key by key."""
+        merged: dict[str, object] = {}
+        for name in ("config.json", "generation_config.json"):  # later files win
+            path = model_dir / name
+            if path.is_file():
+                merged.update({k: v for k, v in json.loads(path.read_text()).items() if v is not None})
+        try:
+            eos = _token_ids(merged.get("eos_token_id"))
+            pad = _token_ids(merged.get("pad_token_id"))
+        except ValueError as exc:
+            raise ValueError(f"{model_dir}: {exc}") from None
+        return cls(eos, pad[0] if pad else None)
+
+
 class PromptTokenizer:
     """Encode prompts and stop strings; decode completion tokens."""
 

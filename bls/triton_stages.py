@@ -11,24 +11,24 @@ running for good. The same holds for the iterator: `next()` blocks until the nex
 flight, hence its size (threads start lazily).
 
 The stub's response iterator has no `cancel()`, and dropping an unfinished one blocks until
-the engine finishes it. So stopping early means: send a `cancel_request_id` control request,
+the engine finishes it. So stopping early means: send the dialect's cancel control request,
 then drain the iterator on a worker thread.
+
+The engine's tensors are the dialect's business (bls/engine_dialect.py): `switchyard` for
+cpu_engine and tensorrt_llm, `tensorrtllm_cpp` for TensorRT-LLM's C++ backend.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 from collections.abc import AsyncGenerator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from bls.engine_tensors import (
-    ENGINE_OUTPUT_NAMES,
-    cancel_request_tensors,
-    engine_request_tensors,
-    parse_engine_output,
-)
+from bls.engine_dialect import EngineDialect, EngineResponseParser, SwitchyardDialect
+from bls.llm_engine_gauges import EngineRequestObserver
 from bls.llm_pipeline import StageError
 from bls.postprocessing import (
     Postprocessor,
@@ -38,7 +38,7 @@ from bls.postprocessing import (
     postprocess_inputs,
 )
 from bls.preprocessing import Preprocessed, parse_preprocess_outputs, preprocess_inputs
-from bls.tensors import Outputs
+from bls.tensors import InputError, Outputs
 from bls.triton_bindings import PbTensorSource, pb_tensors
 from engine.request import EngineRequest, RequestOutput
 
@@ -67,15 +67,23 @@ class TritonStages:
         preprocessing_model: str = "preprocessing",
         postprocessing_model: str = "postprocessing",
         postprocessor: Postprocessor | None = None,
+        dialect: EngineDialect | None = None,
+        observer: EngineRequestObserver | None = None,
     ) -> None:
         """With `postprocessor`, detokenization runs in this process instead of a BLS call to
-        the postprocessing model: same code, one Triton round trip less per response."""
+        the postprocessing model: same code, one Triton round trip less per response.
+        `dialect` is the engine model's contract (default: switchyard); `observer` hears of
+        every engine request's start and of its end (the engine's FINAL)."""
         self._pb = pb_utils
         self._engine_model = engine_model
         self._executor = executor
         self._preprocessing_model = preprocessing_model
         self._postprocessing_model = postprocessing_model
         self._postprocessor = postprocessor
+        self._dialect: EngineDialect = dialect if dialect is not None else SwitchyardDialect()
+        self._observer = observer
+        # The parser of every request in flight, so a cancel can tell it (all on the event loop).
+        self._parsers: dict[str, EngineResponseParser] = {}
 
     def _request(self, model: str, inputs: Outputs, outputs: Sequence[str], request_id: str = "") -> Any:
         return self._pb.InferenceRequest(
@@ -110,9 +118,26 @@ class TritonStages:
         return parse_postprocess_outputs(src)
 
     async def generate(self, request: EngineRequest) -> AsyncGenerator[RequestOutput, None]:
+        dialect = self._dialect
         infer = self._request(
-            self._engine_model, engine_request_tensors(request), ENGINE_OUTPUT_NAMES, request.request_id
+            self._engine_model, dialect.request_tensors(request), dialect.output_names, request.request_id
         )
+        parser = dialect.response_parser(request)
+        self._parsers[request.request_id] = parser
+        if self._observer is not None:
+            self._observer.started(request)
+        try:
+            async with contextlib.aclosing(self._stream(infer, parser)) as outputs:
+                async for output in outputs:
+                    yield output
+        finally:
+            if self._parsers.get(request.request_id) is parser:
+                del self._parsers[request.request_id]
+            if self._observer is not None:
+                self._observer.finished(request)
+
+    async def _stream(self, infer: Any, parser: EngineResponseParser) -> AsyncGenerator[RequestOutput, None]:
+        """The engine's responses as outputs, then the parser's last word once the stream ends."""
         iterator = await self._exec(infer, decoupled=True)
         loop = asyncio.get_running_loop()
         exhausted = False
@@ -121,19 +146,28 @@ class TritonStages:
                 response = await loop.run_in_executor(self._executor, _next_or_none, iterator)
                 if response is None:
                     exhausted = True
-                    return
+                    break
                 if response.has_error():
                     raise StageError(f"{self._engine_model}: {response.error().message()}")
                 if not response.output_tensors():
                     continue  # a bare FINAL
-                yield parse_engine_output(
-                    request.request_id, PbTensorSource.of_response(self._pb, response), final=False
-                )
+                try:
+                    output = parser.parse(PbTensorSource.of_response(self._pb, response))
+                except InputError as exc:
+                    raise StageError(f"{self._engine_model} answered with bad tensors: {exc}") from None
+                yield output
         finally:
             if not exhausted:
                 await loop.run_in_executor(self._executor, _drain, iterator)
+        last = parser.finish()
+        if last is not None:
+            yield last
 
     async def cancel(self, request_id: str) -> None:
-        infer = self._request(self._engine_model, cancel_request_tensors(request_id), ENGINE_OUTPUT_NAMES)
+        parser = self._parsers.get(request_id)
+        if parser is not None:
+            parser.cancel_requested()
+        control = self._dialect.cancel_request(request_id)
+        infer = self._request(self._engine_model, control.inputs, control.output_names, control.request_id)
         iterator = await self._exec(infer, decoupled=True)
         await asyncio.get_running_loop().run_in_executor(self._executor, _drain, iterator)

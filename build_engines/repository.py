@@ -6,6 +6,16 @@
                      ▼
     var/model_repository/<pool_id>/<model>/...
 
+The stage models (`llm`, `preprocessing`, `postprocessing`) are the same on every target; the
+engine model is the one `serving` in switchyard.yaml names (`EngineModel`):
+
+    serving.target  trtllm_engine   engine model     from template        `llm` speaks
+    cpu             -               cpu_engine       cpu_engine           switchyard tensors
+    trtllm          llmapi          tensorrt_llm     tensorrt_llm         switchyard tensors
+                                    + model.yaml (build_engines/llm_api_args.py)
+    trtllm          legacy          tensorrt_llm     tensorrt_llm_cpp     the C++ backend's
+                                    (engines built by build_engines/legacy_engine.py's script)
+
 Every `${name}` must have a value and nothing may look like a placeholder afterwards: a
 typo in a template fails here, not as a puzzling default inside a running server. The
 repository is written next to its final place and swapped in, so a server never loads a
@@ -18,13 +28,17 @@ import re
 import shutil
 import uuid
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
-from switchyard.config import SwitchyardConfig
+import yaml
+
+from build_engines.legacy_engine import legacy_values
+from build_engines.llm_api_args import GPU_TOKENS_PER_BLOCK, llm_api_args, pool_plan
+from switchyard.config import ServingSpec, SwitchyardConfig
 
 TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "model_repository"
 STAGE_MODELS = ("llm", "preprocessing", "postprocessing")
-CPU_ENGINE_MODEL = "cpu_engine"
 
 _PLACEHOLDER = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 # A reply waiting on the engine holds one llm worker thread (bls/triton_stages.py); threads
@@ -41,6 +55,26 @@ class TemplateError(ValueError):
     """A template names a placeholder nobody fills, or leaves something unfilled."""
 
 
+@dataclass(frozen=True)
+class EngineModel:
+    """The engine model behind `llm` on one serving target."""
+
+    template: str  # folder under model_repository/
+    name: str  # the model's name in the pool's repository (what `llm` calls)
+    dialect: str  # the tensors `llm` speaks to it (bls/engine_dialect.py)
+
+
+CPU_ENGINE = EngineModel("cpu_engine", "cpu_engine", "switchyard")
+LLM_API_ENGINE = EngineModel("tensorrt_llm", "tensorrt_llm", "switchyard")
+LEGACY_ENGINE = EngineModel("tensorrt_llm_cpp", "tensorrt_llm", "tensorrtllm_cpp")
+
+
+def engine_model(serving: ServingSpec) -> EngineModel:
+    if serving.target == "cpu":
+        return CPU_ENGINE
+    return LLM_API_ENGINE if serving.trtllm_engine == "llmapi" else LEGACY_ENGINE
+
+
 def fill_template(text: str, values: Mapping[str, str], source: str = "template") -> str:
     """Replace every `${name}` in `text`; unknown names and stray `$` are errors."""
     unknown = sorted({m.group(1) for m in _PLACEHOLDER.finditer(text)} - set(values))
@@ -52,17 +86,16 @@ def fill_template(text: str, values: Mapping[str, str], source: str = "template"
     return _PLACEHOLDER.sub(lambda m: values[m.group(1)], text)
 
 
-def repository_values(
-    config: SwitchyardConfig, pool_id: str, engine_model_name: str = CPU_ENGINE_MODEL
-) -> dict[str, str]:
+def repository_values(config: SwitchyardConfig, pool_id: str, engine_model: EngineModel) -> dict[str, str]:
     """The placeholder values for one pool, all as strings."""
     if pool_id not in config.pools:
         raise KeyError(f"unknown pool {pool_id!r}; switchyard.yaml has {sorted(config.pools)}")
     pool = config.pools[pool_id]
     engine = pool.engine
-    return {
+    values = {
         "model_dir": str(config.model_dir(pool.model_id).resolve()),
-        "engine_model_name": engine_model_name,
+        "engine_model_name": engine_model.name,
+        "engine_dialect": engine_model.dialect,
         "kv_capacity_tokens": str(engine.kv_capacity_tokens),
         "block_size": str(engine.block_size),
         "max_num_seqs": str(engine.max_num_seqs),
@@ -83,22 +116,38 @@ def repository_values(
         "preprocessing_instances": str(DEFAULT_PREPROCESSING_INSTANCES),
         "postprocessing_instances": str(DEFAULT_POSTPROCESSING_INSTANCES),
     }
+    if engine_model != CPU_ENGINE:
+        values.update(_gpu_values(config, pool_id, engine_model))
+    return values
+
+
+def _gpu_values(config: SwitchyardConfig, pool_id: str, engine_model: EngineModel) -> dict[str, str]:
+    """The GPU engine models' own placeholders (the plan's sizes)."""
+    plan = pool_plan(config, pool_id)
+    values = {
+        "planned_kv_tokens": str(plan.kv_tokens_per_copy),
+        "gpu_tokens_per_block": str(GPU_TOKENS_PER_BLOCK),
+        "max_batch_size": str(plan.max_batch_size),
+    }
+    if engine_model == LEGACY_ENGINE:
+        values.update(legacy_values(config, pool_id, plan))
+    return values
 
 
 def fill_repository(
     config: SwitchyardConfig,
     pool_id: str,
     *,
-    engine_model_name: str = CPU_ENGINE_MODEL,
     overrides: Mapping[str, str] | None = None,
     templates_dir: Path = TEMPLATES_DIR,
 ) -> Path:
     """Write the pool's model repository into `config.pool_repository(pool_id)`; return it.
 
-    `overrides` replaces individual values (say, instance counts in a benchmark); a key that
-    is not a known placeholder is an error.
+    The engine model is the one `config.serving` names. `overrides` replaces individual values
+    (say, instance counts in a benchmark); a key that is not a known placeholder is an error.
     """
-    values = repository_values(config, pool_id, engine_model_name)
+    engine = engine_model(config.serving)
+    values = repository_values(config, pool_id, engine)
     for key, value in (overrides or {}).items():
         if key not in values:
             raise TemplateError(f"unknown repository key {key!r}; known: {', '.join(sorted(values))}")
@@ -107,8 +156,12 @@ def fill_repository(
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = target.parent / f".{target.name}.{uuid.uuid4().hex[:8]}"
     try:
-        for model in (*STAGE_MODELS, engine_model_name):
+        for model in STAGE_MODELS:
             _fill_model(templates_dir / model, staging / model, values)
+        _fill_model(templates_dir / engine.template, staging / engine.name, values)
+        if engine == LLM_API_ENGINE:
+            model_yaml = yaml.safe_dump(llm_api_args(config, pool_id), sort_keys=False)
+            (staging / engine.name / "model.yaml").write_text(model_yaml)
         if target.exists():
             shutil.rmtree(target)
         staging.rename(target)
@@ -123,4 +176,5 @@ def _fill_model(template: Path, out: Path, values: Mapping[str, str]) -> None:
     if not config_path.is_file():
         raise TemplateError(f"no model template at {template} (config.pbtxt missing)")
     shutil.copytree(template, out, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "config.pbtxt"))
+    (out / "1").mkdir(exist_ok=True)  # Triton wants a version folder, even one a C++ backend leaves empty
     (out / "config.pbtxt").write_text(fill_template(config_path.read_text(), values, str(config_path)))

@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from switchyard.config import Architecture
+from switchyard.config import Architecture, SwitchyardConfig
 
 GB = 10**9  # decimal, as the brief counts (80 GB GPU, 0.5 MB a token)
 MB = 10**6
@@ -162,3 +162,42 @@ def choose_max_num_tokens(avg_prompt_tokens: int, max_batch_size: int) -> int:
     wanted = avg_prompt_tokens + max_batch_size
     power_of_two = 1 << (wanted - 1).bit_length()
     return min(max(power_of_two, MIN_NUM_TOKENS), MAX_NUM_TOKENS_CEILING)
+
+
+def configured_plan_inputs(
+    config: SwitchyardConfig,
+    model_id: str,
+    *,
+    gpu_memory_gb: float | None = None,
+    weights_gb: float | None = None,
+    gpus_per_copy: int | None = None,
+    kv_bytes_per_token: int | None = None,
+    avg_prompt_tokens: int | None = None,
+    avg_reply_tokens: int | None = None,
+    runtime_reserve_gb: float | None = None,
+    kv_memory_fraction: float | None = None,
+) -> PlanInputs:
+    """The plan inputs switchyard.yaml gives `model_id` (its record and the `gpu:` section);
+    arguments that are not None replace them (`switchyard plan`'s options). Raises ValueError
+    for an unknown model or one whose KV bytes per token cannot be known."""
+    model = config.models.get(model_id)
+    if model is None:
+        raise ValueError(f"unknown model {model_id!r}; configured: {', '.join(config.models)}")
+    kv_bytes = kv_bytes_per_token or model.kv_bytes_per_token
+    if kv_bytes is None:
+        if model.architecture is None:
+            raise ValueError(
+                f"model {model_id!r} has no architecture: set kv_bytes_per_token or pass --kv-bytes-per-token"
+            )
+        kv_bytes = kv_bytes_per_token_of(model.architecture, model.dtype)
+    gpu = config.gpu
+    return PlanInputs(
+        gpu_memory_gb=gpu.memory_gb if gpu_memory_gb is None else gpu_memory_gb,
+        weights_gb=model.weights_gb if weights_gb is None else weights_gb,
+        kv_bytes_per_token=kv_bytes,
+        gpus_per_copy=gpus_per_copy or model.gpus_per_copy,
+        avg_prompt_tokens=avg_prompt_tokens or BRIEF_AVG_PROMPT_TOKENS,
+        avg_reply_tokens=BRIEF_AVG_REPLY_TOKENS if avg_reply_tokens is None else avg_reply_tokens,
+        runtime_reserve_gb=gpu.runtime_reserve_gb if runtime_reserve_gb is None else runtime_reserve_gb,
+        kv_memory_fraction=gpu.kv_memory_fraction if kv_memory_fraction is None else kv_memory_fraction,
+    )

@@ -1,6 +1,7 @@
 """`switchyard`: the one command-line entry point.
 
-    switchyard build [--model ID]     build the models and fill each pool's Triton repository
+    switchyard build [--model ID] [--target cpu|trtllm] [--engine llmapi|legacy]
+                                      build the models and fill each pool's Triton repository
     switchyard triton --pool POOL     run one pool's Triton server in the foreground (SIGTERM drains it)
     switchyard gateway                run the HTTP gateway in the foreground
     switchyard up                     the whole platform: Redis, supervised Triton servers, gateway
@@ -10,6 +11,7 @@
     switchyard usage [--since 24h]    usage per team, model and class
     switchyard dispatcher             run the bulk dispatcher in the foreground
     switchyard plan MODEL             KV bytes per token, tokens and requests per GPU, engine sizes
+    switchyard gpu-check              on a GPU host: build small on TensorRT-LLM, run S1, S3, S4
     switchyard batches [submit FILE --model M --deadline 6h | show | cancel | results]
 
 Each subcommand imports what it needs when it runs, so `switchyard --help` stays instant.
@@ -29,18 +31,34 @@ from switchyard.config import SwitchyardConfig, load_config
 
 def _cmd_build(config: SwitchyardConfig, args: argparse.Namespace) -> int:
     from build_engines.build import build_model
-    from build_engines.repository import fill_repository
+    from build_engines.legacy_engine import write_build_script
+    from build_engines.llm_api_args import pool_plan
+    from build_engines.repository import engine_model, fill_repository
+    from switchyard.config import ServingSpec
 
+    serving = ServingSpec(
+        target=args.target or config.serving.target, trtllm_engine=args.engine or config.serving.trtllm_engine
+    )
+    config = config.model_copy(update={"serving": serving})
     model_ids = [args.model] if args.model else list(config.models)
     for model_id in model_ids:
         if model_id not in config.models:
             print(f"unknown model {model_id!r}; configured: {', '.join(config.models)}", file=sys.stderr)
             return 2
         build_model(model_id, config.models[model_id], config.model_dir(model_id))
-    for pool_id, pool in config.pools.items():
-        if pool.model_id in model_ids:
+    engine = engine_model(serving)
+    try:
+        for pool_id, pool in config.pools.items():
+            if pool.model_id not in model_ids:
+                continue
             path = fill_repository(config, pool_id)
-            print(f"pool {pool_id}: model repository at {path}")
+            print(f"pool {pool_id}: model repository at {path} (engine model {engine.template})")
+            if serving.target == "trtllm" and serving.trtllm_engine == "legacy":
+                script = write_build_script(config, pool.model_id, pool_plan(config, pool_id))
+                print(f"pool {pool_id}: build its TensorRT engine on a GPU host with {script}")
+    except ValueError as exc:  # the plan does not fit the GPU, or a model.yaml key the pin refuses
+        print(f"switchyard build: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 
@@ -130,6 +148,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     build = sub.add_parser("build", help="build models and fill Triton model repositories")
     build.add_argument("--model", help="build only this model (default: all)")
+    build.add_argument("--target", choices=("cpu", "trtllm"), help="the engine behind llm (default: serving.target)")
+    build.add_argument(
+        "--engine",
+        choices=("llmapi", "legacy"),
+        help="on trtllm: the LLM API, or TensorRT engines for TensorRT-LLM <= 1.2 (default: serving.trtllm_engine)",
+    )
     build.set_defaults(func=_cmd_build)
 
     triton = sub.add_parser("triton", help="run one pool's Triton server (SIGTERM drains it, SIGINT stops it)")
@@ -168,6 +192,9 @@ def build_parser() -> argparse.ArgumentParser:
     from switchyard.plan_commands import add_plan_parser
 
     add_plan_parser(sub).set_defaults(func=_lazy("plan_commands", "plan"))
+    from switchyard.gpu_check import add_gpu_check_parser
+
+    add_gpu_check_parser(sub).set_defaults(func=_lazy("gpu_check", "gpu_check"))
 
     _add_quota_parsers(sub)
     from switchyard.batch_commands import add_batch_parsers

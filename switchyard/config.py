@@ -90,6 +90,10 @@ class PoolSpec(_Strict):
 
     model_id: str
     target_copies: Annotated[int, Field(ge=0)] = 1
+    # The autoscaler keeps the pool's copies within these bounds (`autoscaler:` below); None:
+    # max_copies is target_copies (the autoscaler never goes above the ports the config checks).
+    min_copies: Annotated[int, Field(ge=0)] = 1
+    max_copies: Annotated[int, Field(ge=1)] | None = None
     engine: EngineSpec = EngineSpec()
     ports: Ports
     # The shortest time between two streamed responses of one reply (the first token and the
@@ -104,6 +108,11 @@ class PoolSpec(_Strict):
     # `llm` detokenizes in its own process (the same code as the `postprocessing` model)
     # instead of a BLS call per streamed response.
     postprocess_in_process: bool = True
+
+    @property
+    def copies_limit(self) -> int:
+        """The most copies the autoscaler may run (max_copies, else target_copies)."""
+        return self.max_copies if self.max_copies is not None else max(self.target_copies, 1)
 
     def copy_ports(self, copy: int) -> Ports:
         """The ports of copy `copy` (0-based) of this pool's servers."""
@@ -183,6 +192,39 @@ class GpuSpec(_Strict):
     kv_memory_fraction: Annotated[float, Field(gt=0, le=1)] = 0.9
 
 
+class AutoscalerSpec(_Strict):
+    """The fleet autoscaler (fleet/, docs/autoscaler.md): how far ahead it looks and how it holds
+    back. Off by default: `make up` then runs each pool's `target_copies`."""
+
+    enabled: bool = False
+    interval_s: Annotated[float, Field(gt=0)] = 15.0  # one decision per pool this often
+    # How long a new server takes to be ready: the forecast looks at least this far ahead. The
+    # brief's GPUs take about eight minutes; the local supervisor waits this long before
+    # starting a copy it was told to add, to stand in for it (0: start at once).
+    startup_s: Annotated[float, Field(ge=0)] = 480.0
+    start_delay_s: Annotated[float, Field(ge=0)] = 0.0
+    # Keep every server's KV use at most this share of its capacity at the forecast peak.
+    target_kv_fraction: Annotated[float, Field(gt=0, le=1)] = 0.8
+    headroom_servers: Annotated[int, Field(ge=0)] = 1  # spare copies for a server that fails
+    # Scale in only after the need has stayed below the fleet this long, one copy at a time.
+    scale_in_after_s: Annotated[float, Field(ge=0)] = 600.0
+    ttft_target_s: Annotated[float, Field(gt=0)] = 1.0  # p99 above this adds a copy at once
+    metrics_port: Annotated[int, Field(ge=0, le=65535)] = 8010  # the autoscaler's /metrics; 0: none
+
+
+class ServingSpec(_Strict):
+    """Which engine serves behind `llm` on every server of the fleet (docs/gpu.md).
+
+    Only the engine model changes: `llm`, `preprocessing` and `postprocessing`, the gateway,
+    router, quota and bulk code are the same on both targets."""
+
+    # cpu: the reference engine (`cpu_engine`); trtllm: TensorRT-LLM inside Triton on GPUs.
+    target: Literal["cpu", "trtllm"] = "cpu"
+    # On trtllm: llmapi (TensorRT-LLM's LLM API, PyTorch backend; the default from 1.0 on) or
+    # legacy (prebuilt TensorRT engines and the C++ `tensorrtllm` backend, TensorRT-LLM <= 1.2).
+    trtllm_engine: Literal["llmapi", "legacy"] = "llmapi"
+
+
 class GatewaySpec(_Strict):
     host: str = "127.0.0.1"
     port: Annotated[int, Field(ge=1, le=65535)] = 8000
@@ -213,6 +255,8 @@ class SwitchyardConfig(_Strict):
     bulk: BulkSpec = BulkSpec()
     fleet: FleetSpec = FleetSpec()
     gpu: GpuSpec = GpuSpec()
+    serving: ServingSpec = ServingSpec()
+    autoscaler: AutoscalerSpec = AutoscalerSpec()
 
     @model_validator(mode="after")
     def _pools_name_models(self) -> SwitchyardConfig:
@@ -222,11 +266,20 @@ class SwitchyardConfig(_Strict):
         return self
 
     @model_validator(mode="after")
+    def _copy_bounds(self) -> SwitchyardConfig:
+        for pool_id, pool in self.pools.items():
+            if pool.min_copies > pool.copies_limit:
+                raise ValueError(
+                    f"pool {pool_id!r}: min_copies {pool.min_copies} is above max_copies {pool.copies_limit}"
+                )
+        return self
+
+    @model_validator(mode="after")
     def _server_ports_distinct(self) -> SwitchyardConfig:
         """Every copy of every pool on its own ports, none of them the gateway's or Redis'."""
         owners: dict[int, str] = {self.gateway.port: "the gateway", self.redis.port: "redis"}
         for pool_id, pool in self.pools.items():
-            for copy in range(pool.target_copies):
+            for copy in range(max(pool.target_copies, pool.copies_limit)):
                 offset = COPY_PORT_STRIDE * copy
                 bases = (("http", pool.ports.http), ("grpc", pool.ports.grpc), ("metrics", pool.ports.metrics))
                 for kind, base in bases:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from build_engines.sizing import MB, Plan, PlanInputs, kv_bytes_per_token_of, plan_model
+from build_engines.sizing import MB, Plan, PlanInputs, configured_plan_inputs, plan_model
 from switchyard.config import SwitchyardConfig
 
 
@@ -40,33 +40,18 @@ def add_plan_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def plan_inputs(config: SwitchyardConfig, args: argparse.Namespace) -> PlanInputs:
     """The model's and GPU's configured figures with the command line's overrides.
     Raises ValueError for an unknown model or one whose KV bytes per token are unknown."""
-    model = config.models.get(args.model_id)
-    if model is None:
-        raise ValueError(f"unknown model {args.model_id!r}; configured: {', '.join(config.models)}")
-    kv_bytes = args.kv_bytes_per_token or model.kv_bytes_per_token
-    if kv_bytes is None:
-        if model.architecture is None:
-            raise ValueError(
-                f"model {args.model_id!r} has no architecture: set kv_bytes_per_token or pass --kv-bytes-per-token"
-            )
-        kv_bytes = kv_bytes_per_token_of(model.architecture, model.dtype)
-    optional = {
-        "avg_prompt_tokens": args.avg_prompt_tokens,
-        "avg_reply_tokens": args.avg_reply_tokens,
-    }
-    return PlanInputs(
-        gpu_memory_gb=_given(args.gpu_memory_gb, config.gpu.memory_gb),
-        weights_gb=_given(args.weights_gb, model.weights_gb),
-        kv_bytes_per_token=kv_bytes,
-        gpus_per_copy=args.gpus_per_copy or model.gpus_per_copy,
-        runtime_reserve_gb=_given(args.reserve_gb, config.gpu.runtime_reserve_gb),
-        kv_memory_fraction=_given(args.kv_fraction, config.gpu.kv_memory_fraction),
-        **{name: value for name, value in optional.items() if value is not None},
+    return configured_plan_inputs(
+        config,
+        args.model_id,
+        gpu_memory_gb=args.gpu_memory_gb,
+        weights_gb=args.weights_gb,
+        gpus_per_copy=args.gpus_per_copy,
+        kv_bytes_per_token=args.kv_bytes_per_token,
+        avg_prompt_tokens=args.avg_prompt_tokens,
+        avg_reply_tokens=args.avg_reply_tokens,
+        runtime_reserve_gb=args.reserve_gb,
+        kv_memory_fraction=args.kv_fraction,
     )
-
-
-def _given(value: float | None, default: float) -> float:
-    return default if value is None else value
 
 
 def plan_table(model_id: str, plan: Plan) -> list[tuple[str, str, str]]:

@@ -1,5 +1,10 @@
-"""Where the `nvidia-pytriton` wheel keeps Triton, and the backend folder and environment a
-server needs (see switchyard/triton_server.py for the picture).
+"""Where Triton is installed, and the backend folder and environment a server needs (see
+switchyard/triton_server.py for the picture).
+
+By default the `nvidia-pytriton` wheel's server (CPU machines, `make up`, the tests). On a GPU
+host set `SWITCHYARD_TRITON_ROOT` to a full Triton install such as NGC's `/opt/tritonserver`:
+its server and Python backend are used, and its other backends (`tensorrtllm`, the legacy GPU
+path's C++ backend) are linked in beside the Python one.
 
 Nothing in site-packages is modified: the Python backend is copied, with the stub for the
 running Python next to it, into `var/triton/backends/python/`.
@@ -15,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+TRITON_ROOT_ENV = "SWITCHYARD_TRITON_ROOT"
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,9 +32,37 @@ class TritonInstall:
     backend_utils: Path
     stub: Path
     libs_dir: Path
+    other_backends: tuple[Path, ...] = ()  # backend folders besides python's, linked as they are
 
     @classmethod
     def find(cls, python_version: str | None = None) -> TritonInstall:
+        """`SWITCHYARD_TRITON_ROOT`'s install when it is set, else the wheel's."""
+        root = os.environ.get(TRITON_ROOT_ENV)
+        return cls.of_root(Path(root)) if root else cls.of_wheel(python_version)
+
+    @classmethod
+    def of_root(cls, root: Path) -> TritonInstall:
+        """A full Triton install (NGC's /opt/tritonserver layout)."""
+        python_dir = root / "backends" / "python"
+        install = cls(
+            server_bin=root / "bin" / "tritonserver",
+            backend_lib=python_dir / "libtriton_python.so",
+            backend_utils=python_dir / "triton_python_backend_utils.py",
+            stub=python_dir / "triton_python_backend_stub",
+            libs_dir=root / "lib",
+            other_backends=tuple(
+                sorted(path for path in (root / "backends").iterdir() if path.is_dir() and path.name != "python")
+            )
+            if (root / "backends").is_dir()
+            else (),
+        )
+        for path in (install.server_bin, install.backend_lib, install.backend_utils, install.stub):
+            if not path.exists():
+                raise FileNotFoundError(f"{path} is missing: is {TRITON_ROOT_ENV}={root} a Triton install?")
+        return install
+
+    @classmethod
+    def of_wheel(cls, python_version: str | None = None) -> TritonInstall:
         import pytriton  # the wheel; only its files are used
 
         version = python_version or f"{sys.version_info.major}.{sys.version_info.minor}"
@@ -63,6 +97,12 @@ def prepare_backend_dir(var_dir: Path, install: TritonInstall) -> Path:
     _copy_if_changed(install.backend_lib, python_dir / "libtriton_python.so")
     _copy_if_changed(install.backend_utils, python_dir / "triton_python_backend_utils.py")
     _copy_if_changed(install.stub, python_dir / "triton_python_backend_stub")
+    for backend in install.other_backends:
+        link = backends / backend.name
+        if not link.is_symlink() or link.resolve() != backend.resolve():
+            tmp = backends / f".{backend.name}.{uuid.uuid4().hex[:8]}"
+            tmp.symlink_to(backend, target_is_directory=True)
+            os.replace(tmp, link)
     return backends
 
 

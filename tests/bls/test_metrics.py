@@ -2,6 +2,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from bls.metrics import TritonEngineMetrics, gauge_samples
 from engine.stats import EngineStats
 
@@ -98,3 +100,14 @@ def test_heartbeat_sets_one_gauge_with_the_model_labels() -> None:
     (gauge,) = family.metrics
     assert gauge.labels == {"model": "cpu_engine", "version": "1"}
     assert gauge.value == 1700000000.5
+
+
+def test_a_publisher_can_own_some_families_only() -> None:
+    CREATED.clear()
+    metrics = TritonEngineMetrics(FakeMetricFamily, {}, families=("switchyard_engine_requests",))
+    metrics.publish(STATS)  # the families it does not own are left to whoever owns them
+    assert sorted(f.name for f in CREATED) == ["switchyard_engine_heartbeat", "switchyard_engine_requests"]
+    (requests,) = [f for f in CREATED if f.name == "switchyard_engine_requests"]
+    assert {m.labels["request_class"]: m.value for m in requests.metrics} == {"interactive": 1, "bulk": 5}
+    with pytest.raises(ValueError, match="unknown metric families"):
+        TritonEngineMetrics(FakeMetricFamily, {}, families=("nv_trt_llm_typo",))

@@ -67,5 +67,5 @@ def test_unfilled_or_malformed_placeholders_fail() -> None:
 
 def test_missing_engine_template_fails(tmp_path: Path) -> None:
     with pytest.raises(TemplateError, match="no model template"):
-        fill_repository(make_config(tmp_path), "tiny", engine_model_name="tensorrt_llm_missing")
+        fill_repository(make_config(tmp_path), "tiny", templates_dir=tmp_path / "no-templates")
     assert not list((tmp_path / "var" / "model_repository").glob(".*"))  # no staging left behind

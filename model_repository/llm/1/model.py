@@ -6,8 +6,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import triton_python_backend_utils as pb_utils
 
+from bls.llm_engine_gauges import LlmEngineGauges
 from bls.llm_pipeline import LlmPipeline
 from bls.model_config import (
+    engine_dialect_from_parameters,
     model_parameters,
     param_bool,
     param_int,
@@ -31,8 +33,21 @@ class TritonPythonModel:
         postprocessor = None
         if param_bool(params, "postprocess_in_process"):
             postprocessor = Postprocessor(PromptTokenizer.from_model_dir(param_path(params, "model_dir")))
+        dialect = engine_dialect_from_parameters(params)
+        # An engine that cannot publish Switchyard's heartbeat and per-class gauges (the C++
+        # backend): llm sees every engine request, so it publishes them (bls/llm_engine_gauges.py).
+        self._gauges = None
+        if not dialect.engine_publishes_switchyard_metrics:
+            labels = {"model": args["model_name"], "version": args["model_version"]}
+            self._gauges = LlmEngineGauges.on_triton(pb_utils.MetricFamily, labels)
+            self._gauges.start()
         stages = TritonStages(
-            pb_utils, param_str(params, "engine_model_name"), self._executor, postprocessor=postprocessor
+            pb_utils,
+            param_str(params, "engine_model_name"),
+            self._executor,
+            postprocessor=postprocessor,
+            dialect=dialect,
+            observer=self._gauges,
         )
         self._pipeline = LlmPipeline(stages)
         self._ids = RequestIds("llm")
@@ -51,4 +66,6 @@ class TritonPythonModel:
         return None
 
     def finalize(self):
+        if self._gauges is not None:
+            self._gauges.stop()
         self._executor.shutdown(wait=False, cancel_futures=True)
