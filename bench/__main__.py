@@ -25,15 +25,19 @@ from bench import (
     bench_serving_overhead,
 )
 from bench.live import bench_config, start_stack, with_copies
-from switchyard.config import EngineSpec, load_config
+from switchyard.config import EngineSpec, SwitchyardConfig, load_config
 
 OFFLINE = {"schedule": bench_schedule.main, "prefill": bench_prefill.main}
 LIVE = ("s1", "s2", "s3", "overhead", "s9", "s5", "s4", "s78")
 
 
-def run_live(names: list[str]) -> None:
-    """One stack per team layout: each scenario's shares are what its story needs."""
-    base = load_config()
+def run_live(names: list[str], base: SwitchyardConfig | None = None) -> dict[str, dict[str, object]]:
+    """Run the live benchmarks `names` on stacks made from `base` (default: switchyard.yaml)
+    and return each one's result ({"rows": ..., "meta": ...}) by name.
+
+    One stack per team layout: each scenario's shares are what its story needs."""
+    base = load_config() if base is None else base
+    results: dict[str, dict[str, object]] = {}
     engine = base.pools["small"].engine
     unchunked = EngineSpec(**{**engine.model_dump(), "enable_chunked_prefill": False})
     if {"s1", "s3", "overhead"} & set(names):
@@ -43,12 +47,18 @@ def run_live(names: list[str]) -> None:
         url, headers = stack.gateway_url, teams["bench"]
         try:
             if "s1" in names:
-                bench_s1_short_behind_long.run(url, "bench-small", config, engine.to_engine_config(), headers)
+                results["s1"] = bench_s1_short_behind_long.run(
+                    url, "bench-small", config, engine.to_engine_config(), headers
+                )
             if "s3" in names:
-                bench_s3_prefill_stutter.run((url, "bench-small"), (url, "bench-small-unchunked"), config, headers)
+                results["s3"] = bench_s3_prefill_stutter.run(
+                    (url, "bench-small"), (url, "bench-small-unchunked"), config, headers
+                )
             if "overhead" in names:
                 model_dir = config.model_dir("bench-small")
-                bench_serving_overhead.run(url, "bench-small", model_dir, engine.to_engine_config(), config, headers)
+                results["overhead"] = bench_serving_overhead.run(
+                    url, "bench-small", model_dir, engine.to_engine_config(), config, headers
+                )
         finally:
             stack.stop()
     for name, team_weights in (("s2", {"chat": 1.0, "batch": 1.0}), ("s9", {"team-a": 1.0, "team-b": 1.0})):
@@ -59,9 +69,11 @@ def run_live(names: list[str]) -> None:
         try:
             if name == "s2":
                 metrics = stack.metrics_url("bench-small")
-                bench_s2_document_full_server.run(stack.gateway_url, "bench-small", metrics, config, teams)
+                results[name] = bench_s2_document_full_server.run(
+                    stack.gateway_url, "bench-small", metrics, config, teams
+                )
             else:
-                bench_s9_team_flood.run(stack.gateway_url, "bench-small", config, teams)
+                results[name] = bench_s9_team_flood.run(stack.gateway_url, "bench-small", config, teams)
         finally:
             stack.stop()
     if "s5" in names:  # its backlog lives in its own blob folder: gigabytes, removed after the run
@@ -70,7 +82,7 @@ def run_live(names: list[str]) -> None:
         )
         stack, teams = start_stack(config)
         try:
-            bench_s5_bulk_backlog.run(stack, "bench-small", teams)
+            results["s5"] = bench_s5_bulk_backlog.run(stack, "bench-small", teams)
         finally:
             stack.stop()
             shutil.rmtree(config.blob_path, ignore_errors=True)
@@ -82,9 +94,10 @@ def run_live(names: list[str]) -> None:
         )
         stack, teams = start_stack(config)
         try:
-            bench(stack, "bench-small", teams["bench"])
+            results[name] = bench(stack, "bench-small", teams["bench"])
         finally:
             stack.stop()
+    return results
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,223 @@
+"""`switchyard gpu-check`: the smoke check of serving on TensorRT-LLM, on a machine with a GPU.
+
+Not part of `make test`: it needs a GPU, TensorRT-LLM and a `tritonserver`, as in NGC's
+`nvcr.io/nvidia/tritonserver:<yy.mm>-trtllm-python-py3` image.
+
+    prerequisites   nvidia-smi lists a GPU, `import tensorrt_llm` works, tritonserver is found
+          │         (any missing: say which and how, exit 2)
+          ▼
+    build small     build_engines.build.build_model, as `switchyard build` does (--skip-build)
+          ▼
+    S1, S3, S4      the live benchmarks (bench/), on stacks whose `serving.target` is trtllm
+          ▼
+    one table       each benchmark's headline figure against its target
+                    -> bench/results/gpu_check.json; exit 0 when every target is met, else 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from bench.common import write_result
+from bench.headlines import Headline, headlines
+from build_engines.trtllm_pin import KV_CACHE_CONFIG_KEYS, LLM_API_KEYS, SCHEDULER_CONFIG_KEYS, TRTLLM_VERSION
+from switchyard.config import ServingSpec, SwitchyardConfig
+
+BENCHES = ["s1", "s3", "s4"]
+MODEL_ID = "small"  # the model and pool the live benchmarks serve (bench/__main__.py)
+RESULT_NAME = "gpu_check"
+# Where NGC's Triton images install the server when it is not on PATH.
+TRITONSERVER_FALLBACKS = (Path("/opt/tritonserver/bin/tritonserver"),)
+# For each check's command; the slowest, `import tensorrt_llm`, loads CUDA and many libraries:
+# tens of seconds on a cold machine.
+COMMAND_TIMEOUT_S = 300.0
+GPU_STARTUP_S = 1800.0  # a server loading TensorRT-LLM gets this long before its start counts as failed
+
+Runner = Callable[[Sequence[str]], subprocess.CompletedProcess[str]]
+Which = Callable[[str], str | None]
+
+
+@dataclass(frozen=True, slots=True)
+class Prerequisite:
+    """One prerequisite's outcome: what was found (`ok`), or what is missing and how to fix it."""
+
+    name: str
+    ok: bool
+    detail: str
+
+
+def run_command(argv: Sequence[str], timeout_s: float = COMMAND_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
+    """`argv` run to completion with its output captured as text (the checks' default runner)."""
+    return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout_s, check=False)
+
+
+def check_gpus(run: Runner = run_command) -> Prerequisite:
+    """`nvidia-smi -L` runs and lists at least one GPU ("GPU 0: NVIDIA H200 (UUID: ...)")."""
+    name = "nvidia-smi"
+    try:
+        done = run(["nvidia-smi", "-L"])
+    except FileNotFoundError:
+        return Prerequisite(name, False, "not found on PATH: install the NVIDIA driver or run with --gpus all")
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return Prerequisite(name, False, f"did not run: {exc}")
+    if done.returncode != 0:
+        said = (done.stderr or done.stdout).strip() or "no output"
+        return Prerequisite(name, False, f"exited with code {done.returncode}: {said}")
+    gpus = [line.strip() for line in done.stdout.splitlines() if line.startswith("GPU ")]
+    if not gpus:
+        return Prerequisite(name, False, "lists no GPU")
+    return Prerequisite(name, True, "; ".join(gpus))
+
+
+def check_tensorrt_llm(run: Runner = run_command, python: str = sys.executable) -> Prerequisite:
+    """`import tensorrt_llm` works in `python` (this interpreter: the one the servers' Python
+    backend runs); the detail is its `__version__`. A child process keeps CUDA and the import's
+    banner out of this one."""
+    name = "tensorrt_llm"
+    try:
+        done = run([python, "-c", "import tensorrt_llm; print(tensorrt_llm.__version__)"])
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return Prerequisite(name, False, f"could not try the import: {exc}")
+    if done.returncode != 0:
+        lines = (done.stderr or done.stdout).strip().splitlines()
+        why = lines[-1] if lines else f"exit code {done.returncode}"
+        return Prerequisite(name, False, f"import failed in {python}: {why}")
+    # The import prints a banner of its own; the version is the last line.
+    lines = done.stdout.strip().splitlines()
+    return Prerequisite(name, True, f"version {lines[-1] if lines else 'unknown'}")
+
+
+# Prints the installed LLM API's field lists (PyTorch backend) as JSON, for the pin's check.
+_FIELDS_SCRIPT = """
+import json
+from tensorrt_llm.llmapi import KvCacheConfig, SchedulerConfig
+from tensorrt_llm.llmapi.llm_args import TorchLlmArgs
+print(json.dumps({
+    "llm": sorted(TorchLlmArgs.model_fields) + ["backend"],
+    "kv_cache_config": sorted(KvCacheConfig.model_fields),
+    "scheduler_config": sorted(SchedulerConfig.model_fields),
+}))
+"""
+
+
+def check_llm_api_pin(run: Runner = run_command, python: str = sys.executable) -> Prerequisite:
+    """Every key build_engines/trtllm_pin.py lets a model.yaml hold exists in the installed
+    TensorRT-LLM (the pin's lists were read from the 1.2 sources; this checks the real wheel)."""
+    name = "LLM API keys"
+    try:
+        done = run([python, "-c", _FIELDS_SCRIPT])
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return Prerequisite(name, False, f"could not read the installed field lists: {exc}")
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        why = (done.stderr or done.stdout).strip().splitlines()
+        return Prerequisite(
+            name, False, f"could not read the installed field lists: {why[-1] if why else done.returncode}"
+        )
+    try:
+        installed = json.loads(lines[-1])
+    except json.JSONDecodeError:
+        return Prerequisite(name, False, f"unexpected output: {lines[-1][:200]}")
+    pinned = {"llm": LLM_API_KEYS, "kv_cache_config": KV_CACHE_CONFIG_KEYS, "scheduler_config": SCHEDULER_CONFIG_KEYS}
+    absent = [f"{section}.{key}" for section, keys in pinned.items() for key in sorted(keys - set(installed[section]))]
+    if absent:
+        return Prerequisite(name, False, f"pinned keys the installed release lacks: {', '.join(absent)}")
+    return Prerequisite(name, True, f"all {sum(map(len, pinned.values()))} pinned keys exist (pin {TRTLLM_VERSION})")
+
+
+def check_tritonserver(which: Which = shutil.which, fallbacks: Sequence[Path] = TRITONSERVER_FALLBACKS) -> Prerequisite:
+    """`tritonserver` on PATH, or at one of `fallbacks` (where NGC's images put it)."""
+    name = "tritonserver"
+    found = which("tritonserver")
+    if found is not None:
+        return Prerequisite(name, True, found)
+    for path in fallbacks:
+        if path.is_file():
+            return Prerequisite(name, True, str(path))
+    places = ", ".join(str(path) for path in fallbacks) or "nowhere else"
+    return Prerequisite(name, False, f"not on PATH nor at {places}: use an NGC tritonserver *-trtllm-python-py3 image")
+
+
+def check_prerequisites(
+    run: Runner = run_command, which: Which = shutil.which, python: str = sys.executable
+) -> list[Prerequisite]:
+    """Every prerequisite, checked in full so one run names all that is missing."""
+    found = [check_gpus(run), check_tensorrt_llm(run, python), check_tritonserver(which)]
+    if found[1].ok:
+        found.append(check_llm_api_pin(run, python))
+    return found
+
+
+def add_gpu_check_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
+    """`gpu-check` and its options; the caller sets the function it runs."""
+    check = sub.add_parser(
+        "gpu-check", help="on a GPU machine: check TensorRT-LLM, build small, run benchmarks S1, S3 and S4 on it"
+    )
+    check.add_argument(
+        "--engine",
+        choices=["llmapi", "legacy"],
+        default="llmapi",
+        help="TensorRT-LLM engine: llmapi (LLM API, PyTorch backend) or legacy (TensorRT engines); default llmapi",
+    )
+    check.add_argument("--skip-build", action="store_true", help=f"use the {MODEL_ID!r} model already built")
+    return check
+
+
+def trtllm_config(config: SwitchyardConfig, engine: Literal["llmapi", "legacy"]) -> SwitchyardConfig:
+    """`config` serving on TensorRT-LLM with `engine`, with time for TensorRT-LLM to load (CUDA
+    graphs, autotuning: minutes, not the CPU engine's seconds); the rest as configured."""
+    fleet = config.fleet.model_copy(update={"startup_timeout_s": max(config.fleet.startup_timeout_s, GPU_STARTUP_S)})
+    return config.model_copy(update={"serving": ServingSpec(target="trtllm", trtllm_engine=engine), "fleet": fleet})
+
+
+def gpu_check(config: SwitchyardConfig, args: argparse.Namespace) -> int:
+    """Run the check; 2 when a prerequisite or the `small` model and pool are missing, 1 when a
+    benchmark fails or misses its target, 0 when every target is met."""
+    if MODEL_ID not in config.models or MODEL_ID not in config.pools:
+        print(f"switchyard gpu-check: the benchmarks need a model and pool named {MODEL_ID!r}", file=sys.stderr)
+        return 2
+    prerequisites = check_prerequisites()
+    for p in prerequisites:
+        print(f"{p.name:<13} {'ok' if p.ok else 'MISSING'}  {p.detail}")
+    missing = [p.name for p in prerequisites if not p.ok]
+    if missing:
+        print(f"switchyard gpu-check: missing prerequisites: {', '.join(missing)}", file=sys.stderr)
+        return 2
+
+    from bench.__main__ import run_live  # the live benchmarks' stacks; heavy, so only when run
+    from build_engines.build import build_model
+
+    model_dir = config.model_dir(MODEL_ID)
+    if not args.skip_build:
+        build_model(MODEL_ID, config.models[MODEL_ID], model_dir)
+    elif not (model_dir / "tokenizer.json").is_file():
+        print(f"switchyard gpu-check: --skip-build, but {model_dir} holds no built model", file=sys.stderr)
+        return 2
+    try:
+        results = run_live(BENCHES, base=trtllm_config(config, args.engine))
+    except Exception:  # a smoke check reports the failure whole, whatever raised it
+        traceback.print_exc()
+        print(f"switchyard gpu-check: the benchmarks failed on trtllm ({args.engine})", file=sys.stderr)
+        return 1
+    table = headlines(results)
+    meta = {p.name: p.detail for p in prerequisites} | {"serving": f"trtllm ({args.engine})"}
+    write_result(RESULT_NAME, [h.row() for h in table], meta)
+    return _verdict(table)
+
+
+def _verdict(table: list[Headline]) -> int:
+    """0 when every figure with a target meets it, else 1 (saying which missed)."""
+    missed = [f"{h.bench}: {h.figure}" for h in table if h.met is False]
+    if missed:
+        print(f"switchyard gpu-check: targets missed: {'; '.join(missed)}", file=sys.stderr)
+        return 1
+    return 0
