@@ -6,7 +6,7 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed-stamp
 PORT    ?= 8000
-PACKAGES := engine bls gateway quota bulk build_engines switchyard bench router trtllm
+PACKAGES := engine bls gateway quota bulk build_engines switchyard bench router trtllm fleet
 SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: up test unit integration lint bench build redis clean
