@@ -12,6 +12,8 @@
     switchyard dispatcher             run the bulk dispatcher in the foreground
     switchyard plan MODEL             KV bytes per token, tokens and requests per GPU, engine sizes
     switchyard gpu-check              on a GPU host: build small on TensorRT-LLM, run S1, S3, S4
+    switchyard autoscaler [--actuator supervisor|kubernetes]  scale each pool ahead of demand
+    switchyard load --ramp "0:1,60:6,180:6,240:1" [--rehearse]  a scripted load: TTFT, errors, cuts
     switchyard batches [submit FILE --model M --deadline 6h | show | cancel | results]
 
 Each subcommand imports what it needs when it runs, so `switchyard --help` stays instant.
@@ -195,6 +197,12 @@ def build_parser() -> argparse.ArgumentParser:
     from switchyard.gpu_check import add_gpu_check_parser
 
     add_gpu_check_parser(sub).set_defaults(func=_lazy("gpu_check", "gpu_check"))
+    from switchyard.autoscaler_commands import add_autoscaler_parser
+
+    add_autoscaler_parser(sub).set_defaults(func=_lazy("autoscaler_commands", "autoscaler"))
+    from switchyard.load_commands import add_load_parser
+
+    add_load_parser(sub).set_defaults(func=_lazy("load_commands", "load"))
 
     _add_quota_parsers(sub)
     from switchyard.batch_commands import add_batch_parsers

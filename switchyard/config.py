@@ -209,6 +209,11 @@ class AutoscalerSpec(_Strict):
     # Scale in only after the need has stayed below the fleet this long, one copy at a time.
     scale_in_after_s: Annotated[float, Field(ge=0)] = 600.0
     ttft_target_s: Annotated[float, Field(gt=0)] = 1.0  # p99 above this adds a copy at once
+    # A live pool's per-server capacity is derived from its engine settings and these averages
+    # (fleet/live_service.py); the brief's: 2,000 + 300 tokens, ~10 s a reply.
+    avg_request_tokens: Annotated[int, Field(ge=1)] = 2_300
+    avg_request_s: Annotated[float, Field(gt=0)] = 10.0
+    bulk_tokens_per_entry: Annotated[int, Field(ge=1)] = 2_300  # a pending batch entry's estimated work
     metrics_port: Annotated[int, Field(ge=0, le=65535)] = 8010  # the autoscaler's /metrics; 0: none
 
 

@@ -1,7 +1,9 @@
 """`switchyard servers` and `switchyard drain`: the fleet in the registry of switchyard.yaml's Redis.
 
 switchyard servers [--pool P]   id, pool, state, pid, ports, KV in use, running and waiting
-                                requests (the registry, plus a scrape of each server's metrics)
+                                requests (the registry, plus a scrape of each server's metrics);
+                                then, per pool the autoscaler runs, its target beside the
+                                servers ready, starting and draining, and the target's reasons
 switchyard drain SERVER         mark it DRAINING: its supervisor SIGTERMs it, it finishes its
                                 requests and stops; it is not restarted
 """
@@ -17,7 +19,9 @@ import httpx
 import redis
 import redis.asyncio
 
+from fleet.pool_targets import PoolTarget, PoolTargetStore
 from router.registry import ServerInfo, ServerRegistry
+from router.routing_policy import ServerState
 from router.server_health import EngineHealth, parse_engine_health
 from switchyard.config import SwitchyardConfig
 from switchyard.quota_commands import format_table
@@ -26,16 +30,46 @@ _HEAD = ("server", "pool", "state", "pid", "http", "grpc", "metrics", "kv used",
 
 
 def servers(config: SwitchyardConfig, args: argparse.Namespace) -> int:
+    pool_ids = [args.pool] if args.pool else list(config.pools)
     try:
         found = asyncio.run(_servers_with_health(config, args.pool))
+        targets = asyncio.run(_targets(config, pool_ids))
     except (OSError, redis.RedisError) as exc:
         return _unreachable(config, exc)
     if not found:
         print("no servers registered" + (f" in pool {args.pool!r}" if args.pool else ""), file=sys.stderr)
-        return 0
-    now = time.time()
-    print(format_table(_HEAD, [server_row(info, health, now) for info, health in found]))
+    else:
+        now = time.time()
+        print(format_table(_HEAD, [server_row(info, health, now) for info, health in found]))
+    if targets:
+        infos = [info for info, _ in found]
+        print()
+        print(format_table(_TARGET_HEAD, [target_row(t, infos) for t in targets.values()]))
     return 0
+
+
+_TARGET_HEAD = ("pool", "target", "ready", "starting", "draining", "why (autoscaler)")
+
+
+def target_row(target: PoolTarget, infos: list[ServerInfo]) -> list[str]:
+    """A pool's autoscaler target beside what the registry shows it running now."""
+    states = [info.state for info in infos if info.pool_id == target.pool_id]
+    return [
+        target.pool_id,
+        str(target.target),
+        str(states.count(ServerState.READY)),
+        str(states.count(ServerState.STARTING)),
+        str(states.count(ServerState.DRAINING)),
+        "; ".join(target.reasons) or "-",
+    ]
+
+
+async def _targets(config: SwitchyardConfig, pool_ids: list[str]) -> dict[str, PoolTarget]:
+    client = redis.asyncio.Redis.from_url(config.redis.url)
+    try:
+        return await PoolTargetStore(client).read(pool_ids)
+    finally:
+        await client.aclose()
 
 
 def drain(config: SwitchyardConfig, args: argparse.Namespace) -> int:

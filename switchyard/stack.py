@@ -6,6 +6,8 @@ the end-to-end tests use the same `Stack` so they measure what `make up` runs.
     Stack.start():  redis-server ─▶ API keys (var/dev-api-key, var/admin-api-key)
                     ─▶ supervisor: target_copies tritonservers per pool (all started side by
                        side, registered in Redis, restarted when they die) ─▶ gateway ─▶ dispatcher
+                    ─▶ with `autoscaler.enabled`: the autoscaler, in this process (its actuator
+                       is the supervisor: it adds copies and drains them; docs/autoscaler.md)
     Stack.stop():   the reverse, every process group killed: no orphans
 """
 
@@ -14,8 +16,10 @@ from __future__ import annotations
 import os
 import sys
 import threading
+from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 import redis
 
@@ -28,6 +32,11 @@ from switchyard.redis_server import RedisServer
 from switchyard.signals import stop_on_signals
 from switchyard.supervisor_thread import SupervisorThread
 
+if TYPE_CHECKING:
+    from fleet.autoscaler_thread import AutoscalerThread
+    from fleet.live_service import LiveOptions
+    from fleet.signals import ServerCapacity
+
 
 class Stack:
     """Start and stop the platform's processes for `config`, on the ports it names.
@@ -35,6 +44,8 @@ class Stack:
     `pool_ids` limits which pools get servers (default: every pool with target_copies > 0);
     `gateway_port` overrides the file's. The models must have been built (`switchyard build`).
     Copy k of a pool listens on the pool's ports + 10·k (`ports`, `metrics_url`).
+    `autoscaler_options` / `autoscaler_capacities` refine the autoscaler (when enabled) beyond
+    what switchyard.yaml says (`fleet.live_service.LiveOptions`, `pool_capacity`).
     """
 
     def __init__(
@@ -44,6 +55,8 @@ class Stack:
         pool_ids: list[str] | None = None,
         gateway_port: int | None = None,
         with_redis: bool = True,
+        autoscaler_options: LiveOptions | None = None,
+        autoscaler_capacities: Mapping[str, ServerCapacity] | None = None,
     ) -> None:
         self.config = config
         self.pool_ids = pool_ids or [pid for pid, pool in config.pools.items() if pool.target_copies > 0]
@@ -57,6 +70,9 @@ class Stack:
         self.supervisor: SupervisorThread | None = None
         self.gateway: ManagedProcess | None = None
         self.dispatcher: ManagedProcess | None = None
+        self.autoscaler: AutoscalerThread | None = None
+        self._autoscaler_options = autoscaler_options
+        self._autoscaler_capacities = autoscaler_capacities
         self.admin_key_path: Path | None = None
         self.dev_key_path: Path | None = None  # set once this stack's Redis holds team `dev`'s key
 
@@ -72,6 +88,8 @@ class Stack:
             self._start_servers(timeout_s)
             self._start_gateway(timeout_s)
             self.start_dispatcher()
+            if self.config.autoscaler.enabled:
+                self._start_autoscaler()
         except BaseException:
             self.stop()
             raise
@@ -94,6 +112,24 @@ class Stack:
             self.config, self.ports, pool_ids=self.pool_ids, config_path=self._config_path()
         )
         self.supervisor.start(timeout_s)
+
+    def _start_autoscaler(self) -> None:
+        """In this process: the supervisor actuator sets targets on this stack's supervisor."""
+        from fleet.actuators import SupervisorActuator
+        from fleet.autoscaler_thread import AutoscalerThread
+        from fleet.live_service import LiveOptions
+
+        assert self.supervisor is not None
+        options = self._autoscaler_options or LiveOptions(gateway_metrics_urls=(f"{self.gateway_url}/metrics",))
+        self.autoscaler = AutoscalerThread(
+            self.config,
+            SupervisorActuator(self.supervisor),
+            self.pool_ids,
+            options,
+            capacities=self._autoscaler_capacities,
+            log_path=self.config.var_path / "logs" / "autoscaler.log",
+        )
+        self.autoscaler.start()
 
     def metrics_url(self, pool_id: str, copy: int = 0) -> str:
         """Prometheus URL of copy `copy` of the pool's servers."""
@@ -139,6 +175,8 @@ class Stack:
         """Names of processes that have exited while the stack should be running (a dead
         Triton server is not one: the supervisor restarts it)."""
         dead = [] if self.supervisor is None or self.supervisor.alive() else ["supervisor"]
+        if self.autoscaler is not None and not self.autoscaler.alive():
+            dead.append("autoscaler")
         if self.gateway is not None and not self.gateway.alive():
             dead.append("gateway")
         if self.dispatcher is not None and not self.dispatcher.alive():
@@ -146,6 +184,9 @@ class Stack:
         return dead
 
     def stop(self) -> None:
+        if self.autoscaler is not None:  # first: no target set on a supervisor that is stopping
+            self.autoscaler.stop()
+            self.autoscaler = None
         if self.dispatcher is not None:  # first: its running entries end through the gateway
             self.dispatcher.stop()
             self.dispatcher = None
@@ -183,8 +224,20 @@ def ready_message(stack: Stack, model_id: str) -> str:
         f'    -d \'{{"model": "{model_id}", "prompt": "Hello there", "max_tokens": 32, '
         f'"stream": true}}\'\n\n'
         f"  Batches: switchyard batches submit FILE.jsonl --model {model_id} --deadline 6h  (docs/batches.md)\n"
-        f"  Servers: switchyard servers; drain one: switchyard drain SERVER\n\n"
+        f"  Servers: switchyard servers; drain one: switchyard drain SERVER\n"
+        f"{_autoscaler_line(stack)}\n"
         f"{keys}.\nCtrl-C stops everything.\n"
+    )
+
+
+def _autoscaler_line(stack: Stack) -> str:
+    spec = stack.config.autoscaler
+    if not spec.enabled:
+        return ""
+    port = f", metrics on :{spec.metrics_port}" if spec.metrics_port else ""
+    return (
+        f"  Autoscaler: on, every {spec.interval_s:g} s{port}; load: switchyard load --ramp "
+        f"'0:1,60:6,180:6,240:1' (docs/autoscaler.md)\n"
     )
 
 

@@ -13,14 +13,22 @@
           STARTING for longer than startup_timeout_s ──▶ DEAD
       seen alive ─▶ registry heartbeat (re-registered if its record is gone: Redis flushed)
 
+    set_target(pool, n)   (the autoscaler) each pass then moves the pool towards n copies:
+              more ─▶ a new copy at the lowest free index below copies_limit, registered
+                      STARTING at once, launched after autoscaler.start_delay_s (which stands
+                      in for a GPU server's minutes of loading)
+              fewer ─▶ drain the surplus (pending first, then starting, then the newest ready):
+                      the same path as `switchyard drain`; a drained copy is not replaced
     stop()    SIGINT every server (stop at once, no drain), deregister them
 
 A server is one `switchyard triton --pool P --copy K --server-id P-K --ports ...` process
 (`switchyard.server_process`) that owns its tritonserver and drains itself on SIGTERM, so a
 drain looks the same whoever asked for it. A relaunched server keeps its id (`P-K`) and its
 ports (the allocator's answer for (P, K)): clients find it where it was. A drained copy stays
-gone; the pool runs one fewer until the supervisor starts again. Relaunches of a server that
-keeps failing before it is ready back off (1 s, 2 s, 4 s ... up to max_restart_backoff_s).
+gone; the pool runs one fewer until the supervisor starts again, unless the pool has a target
+(`set_target`): then a copy drained by hand is replaced, as a Deployment replaces a pod.
+Relaunches of a server that keeps failing before it is ready back off (1 s, 2 s, 4 s ... up to
+max_restart_backoff_s).
 """
 
 from __future__ import annotations
@@ -32,7 +40,6 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
@@ -42,8 +49,10 @@ from router.registry import ServerInfo, ServerRegistry
 from router.routing_policy import ServerState
 from router.server_health import Liveness, Verdict, probe_server
 from switchyard.config import Ports, SwitchyardConfig, dump_config
+from switchyard.pool_scaling import CopyView, scale_steps
 from switchyard.ports import PortAllocator, port_free
 from switchyard.process import ManagedProcess
+from switchyard.server_copy import ServerCopy
 from switchyard.server_process import EXIT_DRAINED
 from switchyard.triton_server import TritonStartError
 
@@ -51,35 +60,6 @@ logger = logging.getLogger(__name__)
 
 _PORT_WAIT_S = 5.0  # a relaunch waits this long for the dead server's ports to close
 _STOP_TIMEOUT_S = 20.0  # a server stopping at once: tritonserver unloads in seconds
-
-
-@dataclass(slots=True)
-class ServerCopy:
-    """One supervised server: the process of its current life and what is known of it."""
-
-    pool_id: str
-    copy: int
-    ports: Ports
-    dead_after_s: float
-    state: ServerState = ServerState.STARTING
-    process: ManagedProcess | None = None  # None: dead, waiting for its relaunch
-    started_at: float = 0.0
-    liveness: Liveness = field(init=False)
-    failed_starts: int = 0  # in a row, for the relaunch backoff
-    relaunch_at: float | None = None
-    drain_started_at: float | None = None
-    last_failure: str = ""  # why it last died, with its log tail
-
-    def __post_init__(self) -> None:
-        self.liveness = Liveness(self.dead_after_s)
-
-    @property
-    def server_id(self) -> str:
-        return f"{self.pool_id}-{self.copy}"
-
-    @property
-    def pid(self) -> int | None:
-        return self.process.pid if self.process is not None else None
 
 
 class Supervisor:
@@ -107,12 +87,30 @@ class Supervisor:
         self._copies: dict[str, ServerCopy] = {}
         self._http: httpx.AsyncClient | None = None
         self._relaunch = False  # off during start() (a failure there is an error) and stop()
+        self._targets: dict[str, int] = {}  # pools under a target (set_target); others keep what they run
 
     def copies(self, pool_id: str | None = None) -> list[ServerCopy]:
         """The servers under supervision (drained ones are gone), by id."""
         return sorted(
             (c for c in self._copies.values() if pool_id is None or c.pool_id == pool_id), key=lambda c: c.server_id
         )
+
+    def set_target(self, pool_id: str, copies: int) -> None:
+        """Run `copies` copies of the pool from the next pass on (see the module's docstring).
+        Raises ValueError for a pool this supervisor does not run or a count beyond
+        0..copies_limit (the copies whose ports the configuration reserves)."""
+        if pool_id not in self._pool_ids:
+            raise ValueError(f"pool {pool_id!r} is not supervised here (pools: {', '.join(self._pool_ids)})")
+        limit = self._config.pools[pool_id].copies_limit
+        if not 0 <= copies <= limit:
+            raise ValueError(f"pool {pool_id!r}: target {copies} is outside 0..{limit} (max_copies)")
+        if self._targets.get(pool_id) != copies:
+            logger.info("pool %s: target %d copies", pool_id, copies)
+        self._targets[pool_id] = copies
+
+    def targets(self) -> dict[str, int]:
+        """The pools under a target, and their targets."""
+        return dict(self._targets)
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -178,14 +176,39 @@ class Supervisor:
         stored = {info.server_id: info for info in await self._registry.servers(now=now)}
         copies = list(self._copies.values())
         await asyncio.gather(*(self._check(c, stored.get(c.server_id), now) for c in copies))
+        if self._relaunch:
+            for pool_id, target in self._targets.items():
+                await self._scale(pool_id, target, now)
+
+    async def _scale(self, pool_id: str, target: int, now: float) -> None:
+        pool = self.copies(pool_id)
+        views = [CopyView(c.server_id, c.copy, c.state, c.started_at, c.process is not None) for c in pool]
+        steps = scale_steps(views, target, self._config.pools[pool_id].copies_limit)
+        for k in steps.launch:
+            copy = ServerCopy(pool_id, k, self._ports.ports(pool_id, k), self._fleet.dead_after_s, started_at=now)
+            copy.relaunch_at = now + self._config.autoscaler.start_delay_s
+            self._copies[copy.server_id] = copy
+            await self._registry.register(self._info(copy, now))  # STARTING: counted by readers at once
+            logger.info("pool %s: adding %s (starts in %.0f s)", pool_id, copy.server_id, copy.relaunch_at - now)
+        by_id = {c.server_id: c for c in pool}
+        for server_id in steps.drain:
+            copy = by_id[server_id]
+            logger.info("pool %s: removing %s (target %d)", pool_id, server_id, target)
+            if copy.process is None:  # never started, or dead: nothing to drain
+                await self._retire(copy)
+            else:
+                await self._registry.set_state(server_id, ServerState.DRAINING, now)
+                await self._drain(copy, now)
 
     async def _check(self, copy: ServerCopy, stored: ServerInfo | None, now: float) -> None:
         drain_requested = stored is not None and stored.state is ServerState.DRAINING
         if copy.process is None:
-            if drain_requested:  # dead and asked to go: just go
+            if drain_requested:  # dead (or not started yet) and asked to go: just go
                 await self._retire(copy)
             elif self._relaunch and self._relaunch_due(copy, now):
                 await self._launch(copy, now)
+            elif copy.pending:
+                await self._beat(copy, now)  # waiting out the start delay: STARTING, not dead
             return
         code = copy.process.returncode()
         if code is not None:
@@ -195,9 +218,7 @@ class Supervisor:
                 await self._mark_dead(copy, now, f"exited with code {code}")
             return
         if drain_requested and copy.state is not ServerState.DRAINING:
-            logger.info("draining %s (pid %s)", copy.server_id, copy.pid)
-            copy.state, copy.drain_started_at = ServerState.DRAINING, now
-            copy.process.send_signal(signal.SIGTERM)  # it drains itself, then exits 0
+            await self._drain(copy, now)
         if copy.state is ServerState.DRAINING:
             await self._check_draining(copy, now)
             return
@@ -264,6 +285,13 @@ class Supervisor:
         copy.liveness, copy.relaunch_at, copy.drain_started_at = Liveness(self._fleet.dead_after_s), None, None
         await self._registry.register(self._info(copy, now))
         logger.info("launched %s (pid %s) on ports %s", copy.server_id, process.pid, ports.model_dump())
+
+    async def _drain(self, copy: ServerCopy, now: float) -> None:
+        """SIGTERM: the server drains itself (its replies finish), then exits 0 and is retired."""
+        assert copy.process is not None
+        logger.info("draining %s (pid %s)", copy.server_id, copy.pid)
+        copy.state, copy.drain_started_at = ServerState.DRAINING, now
+        copy.process.send_signal(signal.SIGTERM)
 
     async def _mark_dead(self, copy: ServerCopy, now: float, reason: str) -> None:
         process, copy.process = copy.process, None

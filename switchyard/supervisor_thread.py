@@ -3,6 +3,7 @@ event loop in a thread of its own, with its own Redis client.
 
     start()  ─▶ thread: Supervisor.start() ─▶ every server READY ─▶ start() returns
                         Supervisor.run() ... until stop()
+    set_target(pool, n) ─▶ Supervisor.set_target on its loop (the autoscaler's actuator)
     stop()   ─▶ thread: Supervisor.stop() (servers stopped, deregistered) ─▶ joined
 """
 
@@ -41,6 +42,7 @@ class SupervisorThread:
         self._stopping: asyncio.Event | None = None
         self._started = threading.Event()
         self._error: BaseException | None = None
+        self._supervisor: Supervisor | None = None
 
     def start(self, timeout_s: float | None = None) -> None:
         """Return once every server is READY; raise what `Supervisor.start` raised otherwise."""
@@ -52,6 +54,18 @@ class SupervisorThread:
         if self._error is not None:
             self._thread.join()
             raise self._error
+
+    def set_target(self, pool_id: str, copies: int, timeout_s: float = 10.0) -> None:
+        """Run `copies` copies of the pool (`Supervisor.set_target`), from any thread; raises
+        its ValueError, or RuntimeError when the supervisor is not running."""
+        supervisor, loop = self._supervisor, self._loop
+        if supervisor is None or loop is None or not self.alive():
+            raise RuntimeError("the supervisor is not running")
+
+        async def apply() -> None:
+            supervisor.set_target(pool_id, copies)
+
+        asyncio.run_coroutine_threadsafe(apply(), loop).result(timeout_s)
 
     def alive(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
@@ -72,6 +86,7 @@ class SupervisorThread:
             supervisor = Supervisor(
                 self._config, registry, self._ports, pool_ids=self._pool_ids, config_path=self._config_path
             )
+            self._supervisor = supervisor
             try:
                 await supervisor.start(timeout_s)
             except BaseException as exc:  # start() has stopped whatever it launched
@@ -82,6 +97,7 @@ class SupervisorThread:
             watch = asyncio.create_task(supervisor.run())
             await self._stopping.wait()
             watch.cancel()
+            self._supervisor = None
             await supervisor.stop()
         finally:
             await client.aclose()
