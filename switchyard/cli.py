@@ -14,6 +14,7 @@
     switchyard gpu-check              on a GPU host: build small on TensorRT-LLM, run S1, S3, S4
     switchyard autoscaler [--actuator supervisor|kubernetes]  scale each pool ahead of demand
     switchyard load --ramp "0:1,60:6,180:6,240:1" [--rehearse]  a scripted load: TTFT, errors, cuts
+    switchyard sim SCENARIO           a simulated day of the fleet (weekday, monday-9am, failures, flash-crowd)
     switchyard batches [submit FILE --model M --deadline 6h | show | cancel | results]
 
 Each subcommand imports what it needs when it runs, so `switchyard --help` stays instant.
@@ -203,6 +204,9 @@ def build_parser() -> argparse.ArgumentParser:
     from switchyard.load_commands import add_load_parser
 
     add_load_parser(sub).set_defaults(func=_lazy("load_commands", "load"))
+    from switchyard.sim_commands import add_sim_parser
+
+    add_sim_parser(sub).set_defaults(func=_lazy("sim_commands", "sim"))
 
     _add_quota_parsers(sub)
     from switchyard.batch_commands import add_batch_parsers

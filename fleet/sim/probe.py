@@ -1,0 +1,84 @@
+"""The fast mode's probes: a small cell of step-level servers (the exact mode's machinery: real
+Scheduler, BlockManager and RoutingPolicy) run for a short window at the load one server of the
+fluid fleet carries at that moment. Their latencies stand for every server's until the next probe.
+
+    fluid fleet at t: admitted interactive req/s per ready server, bulk backlog or not
+        ─▶ cell of `cell` servers, that rate × cell, bulk backfilling if the fleet's is
+        ─▶ warm-up (discarded) + window ─▶ TTFT samples, inter-token histogram
+
+Admission is not re-run in the cell (the fluid fleet admitted this traffic already).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from fleet.autoscaler import StaticFleet
+from fleet.sim.exact_run import run_exact
+from fleet.sim.histogram import Histogram
+from fleet.sim.recorder import Recorder
+from fleet.sim.scenario import BRIEF_GPUS, HOUR, BatchPlan, Scenario
+from fleet.sim.settings import SimSettings
+from fleet.sim.variants import Variant
+
+PROBE_BULK_REQUESTS = 10**8  # scaled down by the cell's size: never runs out in a window
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeResult:
+    ttft_samples: list[tuple[float, bool]]  # (seconds, chat-sized prompt)
+    itl: Histogram
+    kv_used_fraction: float  # busy share of the cell's KV over the window
+    # How long a request holds its lease, admission to last token (Little's law over the
+    # window); None when none finished. The fluid fleet turns its flows over at these.
+    interactive_duration_s: float | None
+    bulk_duration_s: float | None
+    # KV blocks an in-flight request holds on average (a request waiting in the engine holds
+    # none): the fluid fleet's KV in use is its requests in flight times this.
+    kv_per_request: float | None
+
+
+def run_probe(
+    base: Scenario,
+    settings: SimSettings,
+    *,
+    rate_per_server: float,
+    bulk: bool,
+    cell: int,
+    warmup_s: float,
+    window_s: float,
+    seed: int,
+) -> ProbeResult:
+    """Latencies of a cell of `cell` servers fed `rate_per_server` interactive req/s each."""
+    scale = cell / BRIEF_GPUS
+    bulk_team = next((t.team_id for t in base.teams if t.bulk_share > 0), None)
+    batches = (BatchPlan("probe-bulk", bulk_team, 0.0, PROBE_BULK_REQUESTS),) if bulk and bulk_team else ()
+    scenario = replace(
+        base,
+        name=f"{base.name}-probe",
+        hours=(warmup_s + window_s) / HOUR,
+        gpus=cell,
+        peak_rate=rate_per_server * cell / scale,
+        knots=((0.0, 1.0), (24.0, 1.0)),
+        bulk_per_day=0.0,
+        carry_over_hours=0.0,
+        extra_batches=batches,
+        flash=None,
+        failures_per_server_hour=0.0,
+    )
+    probe_settings = replace(settings, admission=True, sample_interval_s=3600.0)
+    recorder = Recorder(scenario.hours, record_from_s=warmup_s, keep_ttft_samples=True)
+    variant = Variant("probe", backfill=bool(batches))
+    run_exact(scenario, probe_settings, StaticFleet(cell), variant, seed, recorder=recorder, initial_ready=cell)
+    assert recorder.ttft_samples is not None
+    itl = recorder.itl_over(0.0, scenario.duration_s)
+    busy = recorder.kv_token_s / recorder.kv_capacity_token_s if recorder.kv_capacity_token_s else 0.0
+    counters = recorder.counters
+
+    def duration(kind: str) -> float | None:
+        done = counters[f"{kind}_done_in_window"]
+        return counters[f"{kind}_in_flight_s"] / done if done else None
+
+    request_s = counters["interactive_in_flight_s"] + counters["bulk_in_flight_s"]
+    kv_per_request = counters["kv_in_flight_token_s"] / request_s if request_s else None
+    return ProbeResult(recorder.ttft_samples, itl, busy, duration("interactive"), duration("bulk"), kv_per_request)

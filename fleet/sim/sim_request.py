@@ -1,0 +1,37 @@
+"""One request as the simulator follows it from the gateway to its last token."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+INTERACTIVE = "interactive"
+BULK = "bulk"
+
+
+@dataclass(slots=True, eq=False)
+class SimRequest:
+    """A request's lengths, team and times (seconds on the simulated clock).
+
+    Replies run to `reply_tokens` (max_tokens = the reply's length: the simulator has no
+    model to stop early), so the lease, prompt + max_tokens, is exactly what it can come to hold.
+    """
+
+    request_id: str
+    team_id: str
+    kind: str  # INTERACTIVE or BULK: who is waiting for it
+    prompt_tokens: int
+    reply_tokens: int
+    arrival_s: float
+    batch_id: str | None = None
+    borrowed: bool = False  # admitted beyond the team's share: runs at bulk priority
+    first_token_s: float | None = None
+    last_token_s: float | None = None
+    tokens_done: int = 0  # reply tokens delivered so far (kept across a retry)
+    retries: int = 0  # servers that died under it
+    server_id: str | None = None
+    finished_s: float | None = None
+
+    @property
+    def lease_tokens(self) -> int:
+        """KV the request may come to hold: what admission and the dispatcher count."""
+        return self.prompt_tokens + self.reply_tokens

@@ -1,0 +1,93 @@
+"""`switchyard sim SCENARIO`: a simulated day of the fleet under the autoscaler and its
+baselines, side by side, with the policies we run (fleet/sim/, docs/simulator.md).
+
+    switchyard sim weekday                      400 GPUs, 24 h, fast mode, every policy
+    switchyard sim weekday --gpus 8 --hours 1 --exact
+    switchyard sim monday-9am --policies autoscaler,reactive --seed 3
+
+Writes var/sim/<scenario>/report.md (+ PNGs, summary.json). At the brief's scale (400 GPUs,
+24 h) the headline table also goes to bench/results/sim_<scenario>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+from fleet.sim.scenario import SCENARIOS
+from switchyard.config import SwitchyardConfig
+
+# fleet.sim.variants.VARIANTS, spelled out so `--help` does not import the policies (a test
+# keeps the two equal).
+POLICY_NAMES = ("autoscaler", "reactive", "no-backfill", "static")
+EXACT_GPUS_WARNING = 32  # beyond this the exact mode takes hours
+
+
+def add_sim_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
+    """`sim SCENARIO` and its options; the caller sets the function it runs."""
+    parser = sub.add_parser("sim", help="simulate a day of the fleet under the autoscaler and its baselines")
+    parser.add_argument("scenario", choices=SCENARIOS)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--hours", type=float, default=24.0)
+    parser.add_argument("--gpus", type=int, default=400, help="the fleet's GPUs at most; demand scales with it")
+    parser.add_argument("--exact", action="store_true", help="every server step-level (slow: small fleets only)")
+    parser.add_argument("--out", type=Path, default=None, help="report folder (default: var/sim/SCENARIO)")
+    parser.add_argument(
+        "--policies", default=",".join(POLICY_NAMES), help=f"comma-separated, from {', '.join(POLICY_NAMES)}"
+    )
+    parser.add_argument("--cost-profile", type=Path, default=None, help="JSON step samples to fit the cost model to")
+    parser.add_argument("--probe-every", type=float, default=1800.0, help="fast mode: seconds between probes")
+    return parser
+
+
+def sim(config: SwitchyardConfig, args: argparse.Namespace) -> int:
+    """Run the scenario under each policy, write the report; 2 for bad arguments."""
+    from bench.common import write_result
+    from fleet.sim.cost_model import StepCostModel, load_profile
+    from fleet.sim.fluid_run import ProbeSettings
+    from fleet.sim.report import bulk_fleet_note, write_report
+    from fleet.sim.runner import run_policy
+    from fleet.sim.scenario import BRIEF_GPUS, scenario
+    from fleet.sim.settings import SimSettings
+
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    unknown = [p for p in policies if p not in POLICY_NAMES]
+    if unknown or not policies or args.gpus < 1 or args.hours <= 0:
+        print(f"switchyard sim: bad --policies/--gpus/--hours ({', '.join(unknown) or 'empty'})", file=sys.stderr)
+        return 2
+    if args.exact and args.gpus > EXACT_GPUS_WARNING:
+        print(f"switchyard sim: --exact with {args.gpus} GPUs steps every server: expect hours", file=sys.stderr)
+    chosen = replace(scenario(args.scenario, gpus=args.gpus, hours=args.hours), startup_s=config.autoscaler.startup_s)
+    settings = SimSettings(
+        autoscaler=config.autoscaler,
+        reserve_fraction=config.bulk.interactive_reserve_fraction,
+        queue_timeout_s=config.quota.queue_timeout_s,
+    )
+    if args.cost_profile is not None:
+        try:
+            cost: StepCostModel = load_profile(args.cost_profile)
+        except (OSError, ValueError) as exc:
+            print(f"switchyard sim: {exc}", file=sys.stderr)
+            return 2
+        settings = replace(settings, cost=cost)
+    probe = ProbeSettings(every_s=args.probe_every)
+    runs = []
+    for name in policies:
+        print(f"simulating {chosen.name} under {name} ...", flush=True)
+        runs.append(run_policy(name, chosen, settings, seed=args.seed, exact=args.exact, probe=probe))
+    out = args.out if args.out is not None else config.var_path / "sim" / chosen.name
+    mode = "exact" if args.exact else f"fast (fluid fleet + {probe.cell}-server probes every {probe.every_s:g} s)"
+    notes = [bulk_fleet_note(chosen, settings)] if "no-backfill" in policies else []
+    report = write_report(out, chosen, runs, seed=args.seed, mode=mode, notes=notes)
+    rows = [run.summary.row() for run in runs]
+    meta = {"scenario": chosen.name, "gpus": chosen.gpus, "hours": chosen.hours, "seed": args.seed, "mode": mode}
+    if chosen.gpus == BRIEF_GPUS and chosen.hours >= 24 and not args.exact:
+        write_result(f"sim_{chosen.name.replace('-', '_')}", rows, {**meta, "report": str(report)})
+    else:
+        from bench.common import format_table
+
+        print(format_table(rows))
+    print(f"report: {report}")
+    return 0
