@@ -217,12 +217,20 @@ def test_headroom_adds_spare_servers() -> None:
 # --- the reactive floor -------------------------------------------------------------------------
 
 
-def test_ttft_over_target_adds_one_server_once() -> None:
-    decision = autoscaler().decide(signals(ready=11, rate=28.0, ttft=1.5))
+def test_ttft_over_target_beside_memory_pressure_adds_one_server_once() -> None:
+    soaking = (BulkDemand(tokens_left=1, deadline=NOW + 20 * HOUR),)
+    decision = autoscaler().decide(signals(ready=11, rate=28.0, ttft=1.5, kv=0.9, bulk=soaking))
     assert decision.target == 12  # the forecast's 11 are ready, yet people wait
     assert "TTFT p99 1.50 s over 1.00 s: one more than 11 ready" in decision.reasons
     # While that server starts, the floor asks for nothing more.
-    assert autoscaler().decide(signals(ready=11, starting=1, rate=28.0, ttft=1.5)).target == 12
+    starting = signals(ready=11, starting=1, rate=28.0, ttft=1.5, kv=0.9, bulk=soaking)
+    assert autoscaler().decide(starting).target == 12
+
+
+def test_a_slow_first_token_without_a_queue_or_full_memory_is_a_long_prompt_not_a_shortage() -> None:
+    decision = autoscaler().decide(signals(ready=11, rate=28.0, ttft=1.5))
+    assert decision.target == 11
+    assert not any("TTFT" in reason for reason in decision.reasons)
 
 
 def test_waiting_requests_ask_for_seats() -> None:
