@@ -10,8 +10,10 @@ How `Autoscaler` counts one pool's need, every interval:
                  only after startup), through Little's law:
                      load = rate × avg_request_s / requests      (full servers' worth)
                      interactive = load / target_kv_fraction
-    bulk         the fewest servers that meet every deadline, earliest first, beside `load`
-                 (`fleet/bulk_need.py`); bulk takes only what interactive leaves, so
+    bulk         the fewest servers that meet every deadline, earliest first, beside the
+                 interactive load the forecast expects until then (`fleet/bulk_need.py`: an
+                 overnight backlog must be done before the morning ramp takes the room); bulk
+                 takes only what interactive leaves, so
                  max(interactive, bulk) = interactive + the bulk the spare part cannot carry
     headroom     + headroom_servers on top of those, for a server that fails
     floor        current load (TTFT, waiting, KV): at least one more than ready (`load_floor.py`)
@@ -27,12 +29,14 @@ from __future__ import annotations
 import math
 
 from bulk.deadlines import format_duration
-from fleet.bulk_need import BulkNeed, bulk_need, interactive_load, soak_servers
+from fleet.bulk_need import BulkNeed, LoadCurve, bulk_need, interactive_load, soak_servers
 from fleet.load_floor import load_floor
 from fleet.load_profile import LoadProfile
 from fleet.pacing import TargetPacer
 from fleet.signals import PoolSignals, ScalingDecision, ServerCapacity
 from switchyard.config import AutoscalerSpec
+
+CURVE_STEP_S = 900.0  # the bulk look-ahead samples the forecast every 15 minutes
 
 
 class Autoscaler:
@@ -68,7 +72,12 @@ class Autoscaler:
         reasons = [f"forecast {peak.rate:.0f} req/s {when} needs {interactive}"]
 
         bulk = bulk_need(
-            signals.bulk, now=signals.now, ready=signals.ready, load=load, capacity=capacity, startup_s=spec.startup_s
+            signals.bulk,
+            now=signals.now,
+            ready=signals.ready,
+            curve=self._load_curve(signals, load),
+            capacity=capacity,
+            startup_s=spec.startup_s,
         )
         bulk_servers = self._bulk_servers(bulk, interactive, reasons)
         base = max(interactive, bulk_servers)
@@ -101,6 +110,20 @@ class Autoscaler:
             "need": float(need),
         }
         return ScalingDecision(signals.pool_id, paced.target, signals.current, (*reasons, *paced.reasons), parts)
+
+    def _load_curve(self, signals: PoolSignals, peak_load: float) -> LoadCurve:
+        """The interactive load the forecast expects until the last bulk deadline, a sample per
+        curve step; the look-ahead's peak covers the first start-up."""
+        if not signals.bulk:
+            return LoadCurve.flat(peak_load)
+        horizon_s = max(batch.deadline for batch in signals.bulk) - signals.now
+        count = max(1, math.ceil(horizon_s / CURVE_STEP_S))
+        loads = [
+            interactive_load(self._profile.forecast(signals.now, k * CURVE_STEP_S), self._capacity)
+            for k in range(count)
+        ]
+        loads[0] = max(loads[0], peak_load)
+        return LoadCurve(CURVE_STEP_S, tuple(loads))
 
     def _bulk_servers(self, bulk: BulkNeed, interactive: int, reasons: list[str]) -> int:
         """The servers the deadlines need (max_copies when one cannot be met), with the reasons."""

@@ -2,24 +2,26 @@
 idle servers the backlog can keep busy.
 
 Bulk only uses what interactive traffic leaves. Interactive load is counted in server-equivalents
-of a full server, `L = rate × avg_request_s / requests` (Little's law), and is taken to hold over
-the whole window: the autoscaler recomputes every interval, so a window that is too pessimistic
-by day corrects itself as the deadline nears.
+of a full server, `L = rate × avg_request_s / requests` (Little's law), and comes as a curve over
+the window ahead (`LoadCurve`: the forecast sampled every step, so the morning ramp an overnight
+backlog must finish before is in it; a flat curve is the current load held).
 
 Deadlines, earliest first (EDF): the tokens due by each deadline d are all the batches with a
-deadline ≤ d, and a fleet of N servers must compute them in T = d − now seconds. Ready servers
-serve the whole T; any server not yet ready (starting, or to be started now) only T − startup_s.
-In server-seconds, with W = tokens due by d / tokens_per_s:
+deadline ≤ d, W of them in server-seconds (tokens / tokens_per_s), and N servers must compute
+them in T = d − now beside the curve. Ready servers serve from now; any server not yet ready
+(starting, or started now) only after startup_s = S. What N servers leave for bulk:
 
-    W + L·T ≤ N·T                          if that fits in the ready servers: N = L + W / T
-    W + L·T ≤ ready·T + (N − ready)·(T − S) otherwise:  N = ready + (W + L·T − ready·T) / (T − S)
+    room(N) = Σ over the samples k before d of
+                  early_k × max(0, min(N, ready) − L_k) + late_k × max(0, N − L_k)
+              (early_k, late_k: the sample's time before and after S)
 
-and the bulk need is the largest N over the deadlines. When T ≤ S and the ready servers cannot do
-it, no server started now helps: that deadline is infeasible (the caller runs the most it may).
-Batches already past their deadline are left out: their entries are expiring.
+room grows with N; the bulk need for d is the least N with room(N) ≥ W (bisection), and the need
+is the largest over the deadlines. When even every server could not do it (the deadline falls
+before a new server helps and the ready ones cannot), the deadline is infeasible (the caller runs
+the most it may). Batches already past their deadline are left out: their entries are expiring.
 
     time ─▶ now ──── S ────┬───────────── T ─────────────▶ d
-    ready servers   ███████████████████████████████████████  (minus interactive L)
+    ready servers   ███████████████████████████████████████  (minus interactive L(t))
     started now             ███████████████████████████████
 """
 
@@ -29,7 +31,13 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+import numpy.typing as npt
+
 from fleet.signals import BulkDemand, ServerCapacity
+
+_BISECTION_STEPS = 40
+Floats = npt.NDArray[np.float64]
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +52,29 @@ class BulkNeed:
     overdue_tokens: int  # tokens of batches whose deadline has passed (not counted)
 
 
+@dataclass(frozen=True, slots=True)
+class LoadCurve:
+    """Interactive load ahead, in server-equivalents: `loads[k]` from now + k × step_s for one
+    step; past the last sample the last value holds."""
+
+    step_s: float
+    loads: tuple[float, ...]
+
+    @classmethod
+    def flat(cls, load: float) -> LoadCurve:
+        return cls(step_s=math.inf, loads=(load,))
+
+    def samples(self, window_s: float) -> tuple[Floats, Floats, Floats]:
+        """(offsets, durations, loads) of the samples that fall within [0, window_s)."""
+        if math.isinf(self.step_s):
+            return np.zeros(1), np.array([window_s]), np.array(self.loads[:1])
+        count = max(1, math.ceil(window_s / self.step_s))
+        offsets = np.arange(count) * self.step_s
+        durations = np.minimum(self.step_s, window_s - offsets)
+        loads = np.array([self.loads[min(k, len(self.loads) - 1)] for k in range(count)])
+        return offsets, durations, loads
+
+
 def interactive_load(rate: float, capacity: ServerCapacity) -> float:
     """Server-equivalents of a full server that `rate` interactive req/s keep busy (Little's law:
     concurrent replies = rate × how long each holds its seat)."""
@@ -51,9 +82,15 @@ def interactive_load(rate: float, capacity: ServerCapacity) -> float:
 
 
 def bulk_need(
-    batches: Sequence[BulkDemand], *, now: float, ready: int, load: float, capacity: ServerCapacity, startup_s: float
+    batches: Sequence[BulkDemand],
+    *,
+    now: float,
+    ready: int,
+    curve: LoadCurve,
+    capacity: ServerCapacity,
+    startup_s: float,
 ) -> BulkNeed:
-    """The fewest servers that meet every deadline beside interactive load `load` (see module)."""
+    """The fewest servers that meet every deadline beside the interactive `curve` (see module)."""
     cumulative = 0
     overdue = 0
     binding = (0.0, 0, 0.0)  # servers, tokens due, seconds left; the first infinite one stays
@@ -63,13 +100,28 @@ def bulk_need(
             overdue += batch.tokens_left
             continue
         cumulative += batch.tokens_left
-        busy_s = cumulative / capacity.tokens_per_s + load * window_s  # server-seconds due by d
-        if busy_s <= ready * window_s:
-            servers = busy_s / window_s
-        elif window_s > startup_s:
-            servers = ready + (busy_s - ready * window_s) / (window_s - startup_s)
-        else:
+        # Server-seconds of bulk due by d, less float dust (sums of durations are not exact).
+        due_s = cumulative / capacity.tokens_per_s * (1 - 1e-9)
+        offsets, durations, loads = curve.samples(window_s)
+        # Each sample's time before S (only ready servers) and after it (every server).
+        early = np.clip(startup_s - offsets, 0.0, durations)
+        late = durations - early
+
+        def room(servers: float, early: Floats = early, late: Floats = late, loads: Floats = loads) -> float:
+            ready_room = early * np.maximum(0.0, min(servers, ready) - loads)
+            return float(np.sum(ready_room + late * np.maximum(0.0, servers - loads)))
+
+        if room(binding[0]) >= due_s:
+            continue  # what an earlier deadline needs already does this one
+        late_s = float(np.sum(late))
+        if late_s <= 0 and room(ready) < due_s:
             servers = math.inf
+        else:
+            low, high = 0.0, ready + float(loads.max()) + due_s / max(late_s, 1e-9) + 1.0
+            for _ in range(_BISECTION_STEPS):
+                middle = (low + high) / 2
+                low, high = (low, middle) if room(middle) >= due_s else (middle, high)
+            servers = high
         if servers > binding[0]:
             binding = (servers, cumulative, window_s)
     servers, tokens_due, due_in_s = binding

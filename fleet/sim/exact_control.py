@@ -97,7 +97,8 @@ def signals(world: ExactFleet, now: float) -> PoolSignals:
         kv_used_fraction=used / capacity if capacity else 0.0,
         waiting_requests=waiting,
         ttft_p99_s=ttft,
-        bulk=world.feed.demand(now),
+        # no-backfill runs no bulk beside people: its servers follow people only.
+        bulk=world.feed.demand(now) if world.variant.backfill else (),
     )
 
 

@@ -47,7 +47,8 @@ def fluid_signals(fleet: FluidFleet, now: float) -> PoolSignals:
         kv_used_fraction=fleet.kv_used_tokens() / capacity if capacity else 0.0,
         waiting_requests=fleet.num_waiters(),
         ttft_p99_s=ttft,
-        bulk=fleet.feed.demand(now),
+        # no-backfill runs no bulk beside people: its servers follow people only.
+        bulk=fleet.feed.demand(now) if fleet.variant.backfill else (),
     )
 
 

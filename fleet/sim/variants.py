@@ -8,7 +8,7 @@
 
 Every policy that runs beside bulk is told of the backlog in its signals (the reactive one
 ignores it for sizing, but the load floor must know that a KV cache full of bulk is not people
-waiting).
+waiting); no-backfill's is not, so its servers follow people only.
 
 The autoscaler's `LoadProfile` is seeded with `seed_history_days` days of the scenario's own
 demand curve (its expected rate every interval, no noise, no flash crowd): the history a

@@ -145,6 +145,22 @@ def test_bulk_uses_only_the_room_interactive_servers_leave() -> None:
     assert fits.parts["bulk_servers"] == 100.0
 
 
+def test_an_overnight_backlog_is_sized_to_finish_before_the_morning_ramp() -> None:
+    # Two days seen: 28 req/s (8 full servers' worth) until 06:00, then 280 (80 servers' worth).
+    profile = LoadProfile(level_tau_s=0.0, trend_tau_s=None)
+    for day in (2, 1):
+        for minute in range(1440):
+            profile.record(MONDAY - day * DAY + minute * 60.0, 28.0 if minute < 360 else 280.0)
+    now = MONDAY + 2 * HOUR
+    # 12 servers' worth for 4 h, due at 08:00: held flat at tonight's load it would spread over
+    # 6 h (8 + 12 × 4 / 6 = 16 servers); the forecast sees 06:00–08:00 full of people, so it must
+    # be done by 06:00: 8 + 12 = 20.
+    backlog = BulkDemand(tokens_left=int(12 * 4 * HOUR * CAPACITY.tokens_per_s), deadline=now + 6 * HOUR)
+    decision = autoscaler(profile=profile).decide(signals(now, ready=20, rate=28.0, bulk=(backlog,)))
+    assert decision.parts["bulk_servers"] == 20.0
+    assert decision.target == 21  # + headroom
+
+
 def test_a_deadline_before_a_server_could_start_asks_for_the_most() -> None:
     decision = autoscaler(max_copies=50).decide(signals(ready=2, bulk=(due_in(300.0, 10_000_000),)))
     assert decision.target == 50
