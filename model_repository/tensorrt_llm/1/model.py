@@ -6,10 +6,8 @@ from pathlib import Path
 
 import triton_python_backend_utils as pb_utils
 
-from bls.engine_host import EngineHost
-from bls.metrics import TritonEngineMetrics
-from bls.model_config import model_parameters, param_int, require_decoupled
-from bls.triton_bindings import PbResponseSink, PbTensorSource
+from bls.engine_shell import handle_triton_requests, triton_engine_host
+from bls.model_config import model_parameters, require_decoupled
 from trtllm.engine_loop import LlmApiEngineLoop
 from trtllm.llm_config import MODEL_YAML, engine_limits, load_llm_args
 
@@ -22,26 +20,12 @@ class TritonPythonModel:
         require_decoupled(config, True)
         params = model_parameters(config)
         llm_args = load_llm_args(Path(args["model_repository"]) / MODEL_YAML)
-        limits = engine_limits(llm_args, params)
-        loop = LlmApiEngineLoop(LLM(**llm_args), SamplingParams, limits)
-        metrics = TritonEngineMetrics(
-            pb_utils.MetricFamily, {"model": args["model_name"], "version": args["model_version"]}
-        )
-        self._host = EngineHost(
-            loop,
-            metrics,
-            stream_interval_s=param_int(params, "stream_interval_ms") / 1000,
-            max_responses_per_s=param_int(params, "max_stream_responses_per_s"),
-        )
+        loop = LlmApiEngineLoop(LLM(**llm_args), SamplingParams, engine_limits(llm_args, params))
+        self._host = triton_engine_host(pb_utils, args, params, loop)
         self._host.start()
 
     def execute(self, requests):
-        for request in requests:
-            self._host.handle(
-                request.request_id(),
-                PbTensorSource.of_request(pb_utils, request),
-                PbResponseSink(pb_utils, request),
-            )
+        handle_triton_requests(pb_utils, self._host, requests)
         return None
 
     def finalize(self):
