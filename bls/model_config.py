@@ -98,6 +98,7 @@ def engine_config_from_parameters(params: Mapping[str, str]) -> EngineConfig:
         max_bulk_cost_beside_interactive=(
             float(cost) if (cost := params.get("max_bulk_cost_beside_interactive", "")) else None
         ),
+        long_prefill_tokens=int(cap) if (cap := params.get("long_prefill_tokens", "")) else None,
     )
 
 

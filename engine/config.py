@@ -93,6 +93,12 @@ class EngineConfig:
     # otherwise ride along in every step of a stream and lengthen each one (on a CPU; on a GPU
     # a chunk beside decodes is nearly free). None: no cap.
     max_bulk_cost_beside_interactive: float | None = None
+    # A prompt with more than this many tokens left to read gets at most this many a step
+    # until the rest of its class is planned, then what is left, shortest read first (vLLM's
+    # long_prefill_token_threshold): a 30,000-token document no longer holds back the chat
+    # prompts that arrive behind it, and still reads at full speed alone. None: reads in
+    # arrival order, each taking what it can.
+    long_prefill_tokens: int | None = None
 
     def __post_init__(self) -> None:
         if self.block_size < 1 or self.kv_capacity_tokens < self.block_size:
@@ -103,6 +109,8 @@ class EngineConfig:
             raise ValueError("max_bulk_seqs_beside_interactive must be >= 0 (or None for no cap)")
         if self.max_bulk_cost_beside_interactive is not None and self.max_bulk_cost_beside_interactive <= 0:
             raise ValueError("max_bulk_cost_beside_interactive must be positive (or None for no cap)")
+        if self.long_prefill_tokens is not None and self.long_prefill_tokens < 1:
+            raise ValueError("long_prefill_tokens must be positive (or None for no cap)")
 
     @property
     def num_blocks(self) -> int:

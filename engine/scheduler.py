@@ -9,6 +9,11 @@ tokens and wants to catch up. One step hands out a budget in this order:
                               sequences adding at most max_bulk_cost_beside_interactive)
     4. waiting bulk          (not while an interactive request waits for memory)
 
+With `long_prefill_tokens` set, a read with more than that many tokens left takes at most that
+many in steps 1-2 (or 3-4); once its class is planned, the capped reads share what is left,
+shortest first. Short prompts behind a long document start within a few steps, and a long
+read alone still takes the whole budget.
+
 The budget counts *cost*, not only tokens: a token attending to `ctx` positions costs
 `1 + ctx / attention_cost_tokens`, so a chunk deep inside a 30,000-token prompt is small and
 the decodes riding in the same step keep their pace. A step that would plan nothing plans one
@@ -85,6 +90,7 @@ class _Step:
     num_context: int = 0
     has_multi_token_chunk: bool = False
     interactive_blocked_on_memory: bool = False
+    capped: list[int] = field(default_factory=list)  # indexes in `scheduled` of long reads held to the cap
 
 
 class Scheduler:
@@ -175,6 +181,7 @@ class Scheduler:
                 self._cap_bulk_beside_interactive(step)
             self._schedule_running(cls, step)
             self._schedule_waiting(cls, step)
+            self._top_up_long_reads(step)
         return SchedulerOutput(step.scheduled, step.preempted_ids, self.pop_aborted(), step.num_context)
 
     def _cap_bulk_beside_interactive(self, step: _Step) -> None:
@@ -273,10 +280,35 @@ class Scheduler:
             num_tokens = max_chunk_tokens(start, min(want, step.tokens_left), step.cost_left, a)
         if num_tokens == 0 and not step.scheduled:
             return 1  # progress is guaranteed: a step never plans nothing while work waits
-        return num_tokens
+        cap = self.config.long_prefill_tokens
+        return cap if cap is not None and num_tokens > cap else num_tokens
+
+    def _top_up_long_reads(self, step: _Step) -> None:
+        """The long reads held to `long_prefill_tokens` this step share what the rest of their
+        class left, the one with the fewest tokens left to read first."""
+        capped, step.capped = step.capped, []
+        a = self.config.attention_cost_tokens
+
+        def left(index: int) -> int:
+            seq, planned = step.scheduled[index]
+            return seq.num_tokens - seq.num_computed_tokens - planned
+
+        for index in sorted(capped, key=left):
+            if step.tokens_left <= 0:
+                return
+            seq, planned = step.scheduled[index]
+            start = seq.num_computed_tokens + planned
+            more = max_chunk_tokens(start, min(left(index), step.tokens_left), step.cost_left, a)
+            if more:
+                step.scheduled[index] = (seq, planned + more)
+                step.tokens_left -= more
+                step.cost_left -= chunk_cost(start, more, a)
 
     def _plan(self, seq: Sequence, num_tokens: int, step: _Step) -> None:
         start = seq.num_computed_tokens
+        cap = self.config.long_prefill_tokens
+        if cap is not None and num_tokens == cap and seq.num_tokens - start > cap:
+            step.capped.append(len(step.scheduled))
         step.scheduled.append((seq, num_tokens))
         step.tokens_left -= num_tokens
         step.seqs_left -= 1

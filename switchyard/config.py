@@ -68,6 +68,9 @@ class EngineSpec(_Strict):
     max_bulk_seqs_beside_interactive: Annotated[int, Field(ge=0)] | None = 4
     # ... adding at most this cost (4 decodes and a ~45-token chunk of a bulk prompt).
     max_bulk_cost_beside_interactive: Annotated[float, Field(gt=0)] | None = 64.0
+    # A read with more tokens left than this yields the step to shorter prompts first
+    # (engine/scheduler.py); None: reads in arrival order.
+    long_prefill_tokens: Annotated[int, Field(ge=1)] | None = None
 
     def to_engine_config(self) -> EngineConfig:
         return EngineConfig(**self.model_dump())

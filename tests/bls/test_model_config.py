@@ -31,6 +31,7 @@ def test_engine_config_from_parameters() -> None:
             max_step_cost="1024.0",
             enable_chunked_prefill="true",
             enable_prefix_caching="false",
+            long_prefill_tokens="64",
         )
     )
     assert engine_config_from_parameters(params) == EngineConfig(
@@ -41,6 +42,7 @@ def test_engine_config_from_parameters() -> None:
         max_step_cost=1024.0,
         enable_chunked_prefill=True,
         enable_prefix_caching=False,
+        long_prefill_tokens=64,
     )
 
 

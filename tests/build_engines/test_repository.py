@@ -15,7 +15,12 @@ def make_config(root: Path) -> SwitchyardConfig:
         pools={
             "tiny": {  # type: ignore[dict-item]
                 "model_id": "tiny",
-                "engine": {"kv_capacity_tokens": 2048, "block_size": 8, "enable_prefix_caching": False},
+                "engine": {
+                    "kv_capacity_tokens": 2048,
+                    "block_size": 8,
+                    "enable_prefix_caching": False,
+                    "long_prefill_tokens": 128,
+                },
                 "ports": {"http": 1, "grpc": 2, "metrics": 3},
             }
         },
@@ -35,6 +40,7 @@ def test_fills_every_model_of_the_pool(tmp_path: Path) -> None:
     assert f'string_value: "{(tmp_path / "var/models/tiny").resolve()}"' in engine
     assert 'key: "block_size", value: { string_value: "8" }' in engine
     assert 'key: "enable_prefix_caching", value: { string_value: "false" }' in engine
+    assert 'key: "long_prefill_tokens", value: { string_value: "128" }' in engine
     assert 'string_value: "cpu_engine"' in (repo / "llm" / "config.pbtxt").read_text()
 
 

@@ -283,12 +283,21 @@ def test_preempted_sequence_recomputes_from_its_cached_blocks(
     assert b2.num_cached_tokens == 0  # usage reports the first admission, not the recompute
 
 
+@pytest.mark.parametrize("long_prefill_tokens", [None, 5])
 def test_random_workload_never_leaks_or_overflows(
-    make_config: ConfigFactory, make_sequence: SeqFactory, invariants: Callable[[Scheduler], None]
+    make_config: ConfigFactory,
+    make_sequence: SeqFactory,
+    invariants: Callable[[Scheduler], None],
+    long_prefill_tokens: int | None,
 ) -> None:
     rng = random.Random(7)
     config = make_config(
-        kv_capacity_tokens=256, block_size=4, max_num_batched_tokens=32, max_step_cost=64.0, max_num_seqs=8
+        kv_capacity_tokens=256,
+        block_size=4,
+        max_num_batched_tokens=32,
+        max_step_cost=64.0,
+        max_num_seqs=8,
+        long_prefill_tokens=long_prefill_tokens,
     )
     scheduler = Scheduler(config)
     prefixes = [[rng.randrange(50) for _ in range(12)] for _ in range(3)]
@@ -362,3 +371,44 @@ def test_a_bulk_prompt_beside_interactive_work_is_read_in_small_chunks(
     assert planned(run_step(scheduler)) == [("chat", 1), ("bulk0", 17)]
     scheduler.finish("chat", FinishReason.CANCELLED)
     assert planned(run_step(scheduler)) == [("bulk0", 164)]  # alone: the rest of the prompt at once
+
+
+def test_a_long_read_yields_to_the_prompts_behind_it_then_takes_what_is_left(
+    make_config: ConfigFactory, make_sequence: SeqFactory
+) -> None:
+    """Budget 40, cap 8: the document reads 8, the chat prompt 8 of its 12, the tiny one its 3;
+    then the capped reads share the 21 left, shortest first: chat its last 4, the document 17."""
+    config = make_config(kv_capacity_tokens=1024, max_num_batched_tokens=40, max_step_cost=1e9, long_prefill_tokens=8)
+    scheduler = Scheduler(config)
+    scheduler.add(make_sequence("doc", range(300), arrival=0, max_tokens=4))
+    assert planned(run_step(scheduler)) == [("doc", 40)]  # alone: the whole budget
+    scheduler.add(make_sequence("chat", range(1000, 1012), arrival=1, max_tokens=4))
+    scheduler.add(make_sequence("tiny", range(2000, 2003), arrival=2, max_tokens=4))
+    out = run_step(scheduler)
+    assert planned(out) == [("doc", 25), ("chat", 12), ("tiny", 3)]
+    assert sum(n for _, n in out.scheduled) == 40
+
+
+def test_capped_reads_share_what_is_left_shortest_first(make_config: ConfigFactory, make_sequence: SeqFactory) -> None:
+    config = make_config(kv_capacity_tokens=1024, max_num_batched_tokens=30, max_step_cost=1e9, long_prefill_tokens=5)
+    scheduler = Scheduler(config)
+    scheduler.add(make_sequence("long", range(200), arrival=0, max_tokens=4))
+    scheduler.add(make_sequence("short", range(1000, 1012), arrival=1, max_tokens=4))
+    # Each takes 5; of the 20 left the shorter read takes its 7, the longer the other 13.
+    assert planned(run_step(scheduler)) == [("long", 18), ("short", 12)]
+
+
+def test_long_reads_in_bulk_do_not_take_interactive_budget(
+    make_config: ConfigFactory, make_sequence: SeqFactory
+) -> None:
+    """Interactive reads are topped up before bulk is planned at all."""
+    config = make_config(kv_capacity_tokens=1024, max_num_batched_tokens=30, max_step_cost=1e9, long_prefill_tokens=5)
+    scheduler = Scheduler(config)
+    scheduler.add(make_sequence("bulk", range(200), arrival=0, max_tokens=4, request_class=BULK))
+    scheduler.add(make_sequence("chat", range(1000, 1100), arrival=1, max_tokens=4))
+    assert planned(run_step(scheduler)) == [("chat", 30)]
+
+
+def test_long_prefill_tokens_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="long_prefill_tokens"):
+        EngineConfig(long_prefill_tokens=0)
