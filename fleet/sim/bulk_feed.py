@@ -10,7 +10,7 @@ chunk of requests in the fast mode (the live dispatcher also queues chunks of li
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from bulk.release_policy import Candidate, CompletionRate, DeadlineRisk, PoolLoad, ReleaseOrder, RoomPolicy
 from fleet.signals import BulkDemand
@@ -76,12 +76,12 @@ class BulkFeed:
         (the one starting at index `batch.released`).
         """
         load = self.room.note(load, now)
+        # Room once, then less of it with every entry, as the live dispatcher counts it
+        # (bulk/dispatcher.py): entries released now hold no lease yet, so a load recomputed
+        # with them in flight but not leased would show the same room again.
+        room, requests_room = self.room.room_tokens(load), self.room.requests_room(load)
         released: list[Release] = []
-        while len(released) < limit:
-            room = self.room.room_tokens(load)
-            requests_room = self.room.requests_room(load)
-            if room <= 0 or requests_room <= 0:
-                break
+        while len(released) < limit and room > 0 and requests_room > 0:
             candidates: list[Candidate] = []
             sizes: dict[str, tuple[SimBatch, int, int]] = {}
             for batch in self.batches:
@@ -109,9 +109,8 @@ class BulkFeed:
             batch.released += size
             self.inflight_tokens += cost
             self.inflight_requests += size
-            load = replace(
-                load, bulk_inflight_tokens=self.inflight_tokens, bulk_inflight_requests=self.inflight_requests
-            )
+            room -= cost
+            requests_room -= size
             released.append(Release(batch, first, size, cost))
         return released
 

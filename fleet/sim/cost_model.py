@@ -53,6 +53,18 @@ class RooflineCost:
         return memory if memory >= compute else compute
 
 
+def read_alone_s(cost: StepCostModel, prompt_tokens: int, step_tokens: int) -> float:
+    """Seconds an idle server takes to read a prompt in chunks of `step_tokens`: the part of a
+    first token's wait no scheduling can remove (a 30,000-token document takes ~1.9 s on the
+    roofline GPU), so the simulator reports time to first token beyond it too."""
+    seconds, start = 0.0, 0
+    while start < prompt_tokens:
+        chunk = min(step_tokens, prompt_tokens - start)
+        start += chunk
+        seconds += cost.step_s(chunk, 0, start)
+    return seconds
+
+
 @dataclass(frozen=True, slots=True)
 class LinearCost:
     """t = base + per_token × (prefill + decode tokens) + per_context × context: a fitted profile."""

@@ -16,10 +16,11 @@ from bulk.release_policy import DeadlineRisk, PoolLoad, ReleaseOrder, RoomPolicy
 from engine.request import RequestClass
 from fleet.signals import ScalingPolicy
 from fleet.sim.bulk_feed import BulkFeed, SimBatch
+from fleet.sim.cost_model import read_alone_s
 from fleet.sim.events import Event
 from fleet.sim.histogram import Histogram
 from fleet.sim.length_moments import moments
-from fleet.sim.recorder import CHAT_PROMPT_TOKENS, BatchOutcome, Recorder
+from fleet.sim.recorder import CHAT_PROMPT_TOKENS, BatchOutcome, Recorder, TtftSample
 from fleet.sim.scenario import BatchPlan, Scenario
 from fleet.sim.settings import SimSettings
 from fleet.sim.sim_request import BULK, INTERACTIVE, SimRequest
@@ -68,6 +69,7 @@ class ExactFleet:
         self._server_ids = itertools.count()
         self._accounted_at = 0.0
         self._dead_kv_token_s = 0.0
+        self._read_s: dict[int, float] = {}  # prompt tokens -> its read alone (cost model)
         self._teams = [t.team_id for t in scenario.teams]
         self._team_shares = [t.interactive_share for t in scenario.teams]
         self.mean_request_tokens = moments(scenario, settings.engine.block_size).lease_mean
@@ -174,7 +176,14 @@ class ExactFleet:
             return
         if gap is None:
             ttft = now - request.arrival_s
-            self.recorder.first_token(request.arrival_s, ttft, chat=request.prompt_tokens <= CHAT_PROMPT_TOKENS)
+            prompt = request.prompt_tokens
+            read = self._read_s.get(prompt)
+            if read is None:
+                read = self._read_s[prompt] = read_alone_s(
+                    self.settings.cost, prompt, self.settings.engine.max_num_batched_tokens
+                )
+            sample = TtftSample(ttft, prompt <= CHAT_PROMPT_TOKENS, max(ttft - read, 0.0))
+            self.recorder.first_token(request.arrival_s, sample)
             self.window_ttft.add(ttft)
         else:
             self.recorder.gap(now, gap)

@@ -1,12 +1,13 @@
 """The fast mode's fleet: requests as flows, servers as counts, the policies still the real ones.
 
-Every `dt` (1 s) the fluid fleet:
+Every `dt` (4 s), in four 1-s slices (`FluidFleet.tick`), the fluid fleet:
 
-    arrivals    Poisson(rate × dt) people's requests, split across teams
+    arrivals    Poisson(rate × slice) people's requests, split across teams
     admission   SharePolicy.decide per team, on slices of the waiting requests (leases held
                 here as in the exact mode); no room: they wait at the gateway, 503 after 5 s
-    service     in-flight requests end at rate 1 / duration, the duration from the cost model
-                at the current seats per server (Little's law: in flight = rate × duration)
+    service     in-flight requests end at rate 1 / duration, the duration from the probe or
+                the cost model (Little's law: in flight = rate × duration), half of each
+                slice's endings before its arrivals and half after
     bulk        RoomPolicy + ReleaseOrder release chunks of a batch into the room left
     latency     each admitted request's TTFT = its gateway wait + a draw from the latest probe
                 (`probe.py`: step-level servers at this load); inter-token gaps from the probe
@@ -29,12 +30,14 @@ from fleet.sim.fluid_servers import FluidServers
 from fleet.sim.histogram import Histogram
 from fleet.sim.length_moments import Moments, moments
 from fleet.sim.probe import ProbeResult
-from fleet.sim.recorder import BatchOutcome, Recorder
+from fleet.sim.recorder import BatchOutcome, Recorder, TtftSample
 from fleet.sim.scenario import BatchPlan, Scenario
 from fleet.sim.settings import SimSettings
 from fleet.sim.team_leases import TeamLeases
 from fleet.sim.variants import Variant
 from quota.shares import Decision, SharePolicy
+
+SLICES = 4  # a tick's arrivals, admission and bulk release go in slices of dt / 4
 
 
 @dataclass(slots=True)
@@ -71,6 +74,7 @@ class FluidFleet:
         self.probe: ProbeResult | None = None
         self.probe_ttft = Histogram()  # the latest probe's, every prompt
         self.probe_ttft_chat = Histogram()  # ... chat-sized prompts
+        self.probe_ttft_beyond_read = Histogram()  # ... every prompt, less its own read
         self.pending_ttft: dict[int, float] = defaultdict(float)  # hour -> requests served at the probe's TTFT
         self.pending_tokens: dict[int, float] = defaultdict(float)  # hour -> tokens at the probe's gaps
 
@@ -82,15 +86,26 @@ class FluidFleet:
     def capacity_tokens(self) -> int:
         return self.servers.ready * self.settings.engine.kv_capacity_tokens
 
-    def kv_per_request(self) -> float:
-        """KV an in-flight request holds: the latest probe's measure (requests queued in an
-        engine hold none), else the duration-weighted mean of the lengths."""
+    def held_per_leased(self) -> float:
+        """KV held per lease token in flight: a request holds its prompt and the reply so far
+        of a lease of prompt + max_tokens (~0.91 of it over a request's life at the brief's
+        lengths, ~0.87 when it starts), or less where the latest probe measured less (requests
+        queued in an engine hold none). Counted on the leases, which admission and the
+        dispatcher hold exactly, rather than on the fluid's request counts, whose mix of fresh
+        and old requests moves with every release. A probe measuring more only drew more
+        documents than the mean in a few minutes of 4 servers: the mean caps it."""
+        m = self.m
         measured = self.probe.kv_per_request if self.probe is not None else None
-        return measured if measured else self.m.kv_in_flight
+        per_request = min(measured, m.kv_in_flight) if measured else m.kv_in_flight
+        return per_request / m.lease_in_flight
 
     def kv_used_tokens(self) -> float:
-        interactive, bulk = self.in_flight()
-        return min(float(self.capacity_tokens()), (interactive + bulk) * self.kv_per_request())
+        leased = sum(f.tokens for f in self.interactive.values()) + sum(f.tokens for f in self.bulk.values())
+        return min(float(self.capacity_tokens()), leased * self.held_per_leased())
+
+    def interactive_kv_tokens(self) -> float:
+        """KV people's requests hold (see `held_per_leased`)."""
+        return sum(f.tokens for f in self.interactive.values()) * self.held_per_leased()
 
     def num_waiters(self) -> int:
         return sum(n for q in self.waiters.values() for _, n in q)
@@ -98,14 +113,43 @@ class FluidFleet:
     # -- one tick -----------------------------------------------------------------------------
 
     def tick(self, now: float, dt: float) -> None:
+        """One tick in `SLICES` slices, each split around its middle (Strang splitting): half
+        the slice's endings; its arrivals, their admission and the dispatcher's release; the
+        other half of its endings. KV held is counted either side of the middle. Durations and
+        the probe's figures hold for the whole tick.
+
+        Arrivals spread over a slice land on average at its middle. Admitting a whole tick's
+        arrivals at its start and ending a tick's share afterwards would count the stock at
+        the top of its sawtooth: at dt = 4 s and 10-s requests, a fifth more in flight than
+        rate × duration, and a fleet that much fuller to admission, the dispatcher and the busy
+        measure. Admission asks the share policy for a slice's arrivals at once, so a slice
+        must be small beside a team's stock (1 s of arrivals is a tenth of it), or a team near
+        its share is refused what it would have got one request at a time; and the dispatcher
+        releases every slice, as the live one does every second.
+        """
         self.servers.advance(now, dt)
-        self.recorder.kv_token_s += self.kv_used_tokens() * dt
-        if self.servers.ready:
-            self.serve(now, dt)
-        self.arrive(now, dt)
-        self.admit_waiters(now)
-        if self.variant.backfill and self.servers.ready:
-            self.release_bulk(now)
+        ready = self.servers.ready > 0
+        step, duration = self.durations() if ready else (self.step_s, 0.0)
+        probe = self.probe
+        interactive_s = probe.interactive_duration_s if probe and probe.interactive_duration_s else duration
+        bulk_s = probe.bulk_duration_s if probe and probe.bulk_duration_s else duration
+        part = dt / SLICES
+        for i in range(SLICES):
+            at = now + i * part
+            if ready:
+                self.serve_people(at, part / 2, step, interactive_s)
+                self.serve_bulk(at, part / 2, bulk_s)
+            before = self.kv_used_tokens()
+            self.arrive(at, part)
+            self.admit_waiters(at)
+            if self.variant.backfill and ready:
+                self.release_bulk(at)
+            # The stock steps up by the slice's admissions at its middle: over the slice it
+            # averages the levels either side of the step.
+            self.recorder.kv_token_s += (before + self.kv_used_tokens()) / 2 * part
+            if ready:
+                self.serve_people(at + part / 2, part / 2, step, interactive_s)
+                self.serve_bulk(at + part / 2, part / 2, bulk_s)
 
     def durations(self) -> tuple[float, float]:
         """(step seconds, request seconds) at the current seats per ready server: a fixed point,
@@ -122,15 +166,12 @@ class FluidFleet:
         self.step_s = step
         return step, (m.reply_mean + math.ceil(m.prompt_mean / budget)) * step
 
-    def serve(self, now: float, dt: float) -> None:
-        step, duration = self.durations()
-        probe = self.probe
-        interactive_s = probe.interactive_duration_s if probe and probe.interactive_duration_s else duration
-        bulk_s = probe.bulk_duration_s if probe and probe.bulk_duration_s else duration
-        share = 1.0 - math.exp(-dt / interactive_s)
+    def serve_people(self, now: float, dt: float, step: float, duration_s: float) -> None:
+        """People's requests in flight end at rate 1 / duration over `dt`; their tokens count
+        toward the hour's inter-token gaps."""
+        share = 1.0 - math.exp(-dt / duration_s)
         ebb = self.m.lease_mean / self.m.lease_in_flight  # leases ebb slower than requests
         per_request = self.m.prompt_mean + self.m.reply_mean
-        hour = min(int(now // 3600), self.recorder.num_hours - 1)
         tokens = 0.0
         for (team, borrowed), flow in self.interactive.items():
             ended, freed = flow.requests * share, flow.tokens * share * ebb
@@ -140,20 +181,35 @@ class FluidFleet:
             self.leases.release(team, round(freed), borrowed=borrowed, interactive=True)
             self.recorder.team_tokens[team] += ended * per_request
             self.recorder.count("interactive_done", ended)
-        self.pending_tokens[hour] += tokens
-        share = 1.0 - math.exp(-dt / bulk_s)
-        for (batch_id, borrowed), flow in self.bulk.items():
-            batch = self.batches[batch_id]
+        self.pending_tokens[min(int(now // 3600), self.recorder.num_hours - 1)] += tokens
+
+    def serve_bulk(self, now: float, dt: float, duration_s: float) -> None:
+        """Bulk in flight ends likewise; whole requests done are reported to their batches, and
+        a flow whose last request ended is dropped."""
+        share = 1.0 - math.exp(-dt / duration_s)
+        ebb = self.m.lease_mean / self.m.lease_in_flight
+        per_request = self.m.prompt_mean + self.m.reply_mean
+        emptied: list[tuple[str, bool]] = []
+        for key, flow in self.bulk.items():
+            batch = self.batches[key[0]]
             ended, freed = flow.requests * share, flow.tokens * share * ebb
+            if flow.requests - ended < 0.5:  # its last request: a flow's tail never decays to 0
+                ended, freed = flow.requests, flow.tokens
             flow.requests -= ended
             flow.tokens -= freed
             flow.done_carry += ended
-            whole = int(flow.done_carry)
+            # Whole requests done; a flow emptied rounds (each got whole requests released).
+            whole = round(flow.done_carry) if flow.requests <= 0 else int(flow.done_carry)
             flow.done_carry -= whole
-            self.leases.release(batch.outcome.team_id, round(freed), borrowed=borrowed, interactive=False)
-            self.feed.done(batch, whole, round(whole * batch.mean_request_tokens), now)
+            if flow.requests <= 0:
+                emptied.append(key)
+            self.leases.release(batch.outcome.team_id, round(freed), borrowed=key[1], interactive=False)
+            if whole:
+                self.feed.done(batch, whole, round(whole * batch.mean_request_tokens), now)
             self.recorder.team_tokens[batch.outcome.team_id] += ended * per_request
             self.recorder.count("bulk_done", ended)
+        for key in emptied:
+            del self.bulk[key]
         # The dispatcher's in-flight figures are the flows' (whole-request rounding would drift).
         self.feed.inflight_requests = round(sum(f.requests for f in self.bulk.values()))
         self.feed.inflight_tokens = round(sum(f.tokens for f in self.bulk.values()))
@@ -218,12 +274,11 @@ class FluidFleet:
             return
         samples = self.probe.ttft_samples if self.probe is not None else []
         if not samples:
-            self.recorder.first_token(arrived, wait, count, chat=True)
+            self.recorder.first_token(arrived, TtftSample(wait, True, wait), count)
             return
         draws = min(count, 4)
         for _ in range(draws):
-            ttft, chat = self.rng.choice(samples)
-            self.recorder.first_token(arrived, wait + ttft, count / draws, chat=chat)
+            self.recorder.first_token(arrived, self.rng.choice(samples).later(wait), count / draws)
 
     def release_bulk(self, now: float) -> None:
         interactive, _ = self.in_flight()
@@ -263,6 +318,7 @@ class FluidFleet:
             for hour, served in self.pending_ttft.items():
                 if served and self.probe_ttft.total:
                     rec.ttft[hour].merge(self.probe_ttft, served / self.probe_ttft.total)
+                    rec.ttft_beyond_read[hour].merge(self.probe_ttft_beyond_read, served / self.probe_ttft.total)
                 if served and self.probe_ttft_chat.total:
                     rec.ttft_chat[hour].merge(self.probe_ttft_chat, served * chat_share / self.probe_ttft_chat.total)
             for hour, tokens in self.pending_tokens.items():
@@ -271,8 +327,9 @@ class FluidFleet:
         self.pending_ttft.clear()
         self.pending_tokens.clear()
         self.probe = probe
-        self.probe_ttft, self.probe_ttft_chat = Histogram(), Histogram()
-        for ttft, chat in probe.ttft_samples:
-            self.probe_ttft.add(ttft)
-            if chat:
-                self.probe_ttft_chat.add(ttft)
+        self.probe_ttft, self.probe_ttft_chat, self.probe_ttft_beyond_read = Histogram(), Histogram(), Histogram()
+        for sample in probe.ttft_samples:
+            self.probe_ttft.add(sample.ttft_s)
+            self.probe_ttft_beyond_read.add(sample.beyond_read_s)
+            if sample.chat:
+                self.probe_ttft_chat.add(sample.ttft_s)

@@ -152,8 +152,6 @@ def _sample(fleet: FluidFleet, now: float, target: int) -> None:
             bulk_backlog=backlog,
             bulk_at_risk=at_risk,
             ttft_p99_s=fleet.probe_ttft.percentile(0.99) if fleet.probe is not None else None,
-            interactive_servers=fleet.in_flight()[0]
-            * fleet.kv_per_request()
-            / fleet.settings.engine.kv_capacity_tokens,
+            interactive_servers=fleet.interactive_kv_tokens() / fleet.settings.engine.kv_capacity_tokens,
         )
     )

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from fleet.autoscaler import StaticFleet
 from fleet.sim.exact_run import run_exact
 from fleet.sim.histogram import Histogram
-from fleet.sim.recorder import Recorder
+from fleet.sim.recorder import Recorder, TtftSample
 from fleet.sim.scenario import BRIEF_GPUS, HOUR, BatchPlan, Scenario
 from fleet.sim.settings import SimSettings
 from fleet.sim.variants import Variant
@@ -26,7 +26,7 @@ PROBE_BULK_REQUESTS = 10**8  # scaled down by the cell's size: never runs out in
 
 @dataclass(frozen=True, slots=True)
 class ProbeResult:
-    ttft_samples: list[tuple[float, bool]]  # (seconds, chat-sized prompt)
+    ttft_samples: list[TtftSample]
     itl: Histogram
     kv_used_fraction: float  # busy share of the cell's KV over the window
     # How long a request holds its lease, admission to last token (Little's law over the

@@ -16,6 +16,20 @@ CHAT_PROMPT_TOKENS = 8_000
 
 
 @dataclass(frozen=True, slots=True)
+class TtftSample:
+    """One first token: its wait, whether the prompt was chat-sized (at most
+    CHAT_PROMPT_TOKENS), and the wait beyond the prompt's own read on an idle server."""
+
+    ttft_s: float
+    chat: bool
+    beyond_read_s: float
+
+    def later(self, wait_s: float) -> TtftSample:
+        """The same request after `wait_s` more at the gateway."""
+        return TtftSample(self.ttft_s + wait_s, self.chat, self.beyond_read_s + wait_s)
+
+
+@dataclass(frozen=True, slots=True)
 class FleetSample:
     """The fleet at one instant (one row of the time series)."""
 
@@ -49,10 +63,11 @@ class Recorder:
     def __init__(self, hours: float, record_from_s: float = 0.0, keep_ttft_samples: bool = False) -> None:
         # Latencies before this are a warm-up (the fast mode's probes) and are not recorded.
         self.record_from_s = record_from_s
-        self.ttft_samples: list[tuple[float, bool]] | None = [] if keep_ttft_samples else None
+        self.ttft_samples: list[TtftSample] | None = [] if keep_ttft_samples else None
         self.num_hours = max(1, int(hours + 0.999))
         self.ttft = [Histogram() for _ in range(self.num_hours)]  # by hour of arrival
         self.ttft_chat = [Histogram() for _ in range(self.num_hours)]  # prompts <= CHAT_PROMPT_TOKENS
+        self.ttft_beyond_read = [Histogram() for _ in range(self.num_hours)]  # TTFT - the prompt's own read
         self.itl = [Histogram() for _ in range(self.num_hours)]  # by hour of the token
         self.recent_ttft = Histogram()  # since the last sample
         self.counters: dict[str, float] = defaultdict(float)
@@ -68,17 +83,17 @@ class Recorder:
     def _hour(self, t: float) -> int:
         return min(max(int(t // HOUR), 0), self.num_hours - 1)
 
-    def first_token(self, arrival_s: float, ttft_s: float, weight: float = 1.0, *, chat: bool) -> None:
-        """A first token; `chat`: the prompt is chat-sized (at most CHAT_PROMPT_TOKENS)."""
+    def first_token(self, arrival_s: float, sample: TtftSample, weight: float = 1.0) -> None:
         if arrival_s < self.record_from_s:
             return
         if self.ttft_samples is not None:
-            self.ttft_samples.append((ttft_s, chat))
+            self.ttft_samples.append(sample)
         hour = self._hour(arrival_s)
-        self.ttft[hour].add(ttft_s, weight)
-        if chat:
-            self.ttft_chat[hour].add(ttft_s, weight)
-        self.recent_ttft.add(ttft_s, weight)
+        self.ttft[hour].add(sample.ttft_s, weight)
+        if sample.chat:
+            self.ttft_chat[hour].add(sample.ttft_s, weight)
+        self.ttft_beyond_read[hour].add(sample.beyond_read_s, weight)
+        self.recent_ttft.add(sample.ttft_s, weight)
 
     def gap(self, t: float, gap_s: float, weight: float = 1.0) -> None:
         if t < self.record_from_s:
@@ -92,10 +107,10 @@ class Recorder:
         self.samples.append(row)
         self.recent_ttft = Histogram()
 
-    def ttft_over(self, start_s: float, end_s: float, *, chat: bool = False) -> Histogram:
+    def ttft_over(self, start_s: float, end_s: float, *, chat: bool = False, beyond_read: bool = False) -> Histogram:
         """Time to first token of requests arriving in [start_s, end_s) (whole hours); `chat`:
-        chat-sized prompts only."""
-        hours = self.ttft_chat if chat else self.ttft
+        chat-sized prompts only; `beyond_read`: every prompt, less its own read time."""
+        hours = self.ttft_beyond_read if beyond_read else self.ttft_chat if chat else self.ttft
         merged = Histogram()
         for hour in range(self._hour(start_s), self._hour(end_s - 1e-9) + 1):
             merged.merge(hours[hour])

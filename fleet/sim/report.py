@@ -26,13 +26,14 @@ def _verdict(met: bool | None) -> str:
 
 def headline_table(summaries: Sequence[Summary]) -> list[str]:
     lines = [
-        "| policy | TTFT p99 07-10h (all / chat-sized) | TTFT p50 / p99 day | inter-token p50 / p99 | peak GPUs |"
+        "| policy | TTFT p99 07-10h (all / chat-sized / beyond the read) | TTFT p50 / p99 day |"
+        " inter-token p50 / p99 | peak GPUs |"
         " GPU-hours | busy | bulk batches met | 429 + 503 | wall |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for s in summaries:
         lines.append(
-            f"| {s.policy} | {_s(s.ramp_ttft_p99_s)} / {_s(s.ramp_chat_ttft_p99_s)} |"
+            f"| {s.policy} | {_s(s.ramp_ttft_p99_s)} / {_s(s.ramp_chat_ttft_p99_s)} / {_s(s.ramp_beyond_read_p99_s)} |"
             f" {_s(s.ttft_p50_s)} / {_s(s.ttft_p99_s)} |"
             f" {_s(s.itl_p50_s)} / {_s(s.itl_p99_s)} | {s.peak_gpus} | {s.paid_gpu_hours:,.0f} |"
             f" {s.busy_fraction:.0%} | {s.batches_met}/{s.batches_due} (+{s.batches_open} open) |"
@@ -51,8 +52,9 @@ def targets_section(summaries: Sequence[Summary]) -> list[str]:
         )
         lines += [
             f"- **{s.policy}**: TTFT p99 {ramp} {_s(s.ramp_ttft_p99_s)} (target ≤ {TTFT_TARGET_S:.0f} s):"
-            f" {_verdict(s.ramp_met)} (chat-sized prompts, ≤ {CHAT_PROMPT_TOKENS:,} tokens:"
-            f" {_s(s.ramp_chat_ttft_p99_s)}); bulk due in the run {s.batches_met}/{s.batches_due} batches"
+            f" {_verdict(s.ramp_met)} over every prompt; chat-sized prompts (≤ {CHAT_PROMPT_TOKENS:,} tokens)"
+            f" {_s(s.ramp_chat_ttft_p99_s)} and every prompt beyond its own read {_s(s.ramp_beyond_read_p99_s)}:"
+            f" {_verdict(s.ramp_met_beyond_reads)}; bulk due in the run {s.batches_met}/{s.batches_due} batches"
             f" ({s.bulk_done_in_time:,} of {s.bulk_requests:,} requests) done by their deadline:"
             f" {_verdict(s.bulk_met)}; GPU-hours busy {s.busy_fraction:.0%} (target ≥ {BUSY_TARGET:.0%}):"
             f" {_verdict(s.busy_met)}; {peak}.",

@@ -26,6 +26,7 @@ class Summary:
     ttft_p99_s: float | None
     ramp_ttft_p99_s: float | None  # None: the run does not cover the ramp
     ramp_chat_ttft_p99_s: float | None  # chat-sized prompts only (no 30,000-token documents)
+    ramp_beyond_read_p99_s: float | None  # every prompt, less its own read on an idle server
     itl_p50_s: float | None
     itl_p99_s: float | None
     peak_gpus: int
@@ -50,6 +51,14 @@ class Summary:
         return None if self.ramp_ttft_p99_s is None else self.ramp_ttft_p99_s <= TTFT_TARGET_S
 
     @property
+    def ramp_met_beyond_reads(self) -> bool | None:
+        """Chat-sized prompts within the target, and every prompt within it beyond its own read
+        (a 30,000-token document's read alone takes ~1.9 s on the brief's GPU)."""
+        if self.ramp_chat_ttft_p99_s is None or self.ramp_beyond_read_p99_s is None:
+            return None
+        return max(self.ramp_chat_ttft_p99_s, self.ramp_beyond_read_p99_s) <= TTFT_TARGET_S
+
+    @property
     def bulk_met(self) -> bool | None:
         """None when no batch fell due within the run (nothing to judge)."""
         return None if self.batches_due == 0 else self.batches_met == self.batches_due
@@ -64,6 +73,7 @@ class Summary:
             "policy": self.policy,
             "ttft_p99_ramp_s": self.ramp_ttft_p99_s,
             "ttft_p99_ramp_chat_s": self.ramp_chat_ttft_p99_s,
+            "ttft_p99_ramp_beyond_read_s": self.ramp_beyond_read_p99_s,
             "ttft_p50_s": self.ttft_p50_s,
             "ttft_p99_s": self.ttft_p99_s,
             "itl_p99_s": self.itl_p99_s,
@@ -85,6 +95,7 @@ def summarize(policy: str, recorder: Recorder, scenario: Scenario, wall_s: float
     covers_ramp = end >= RAMP[1]
     ramp = recorder.ttft_over(*RAMP) if covers_ramp else None
     ramp_chat = recorder.ttft_over(*RAMP, chat=True) if covers_ramp else None
+    ramp_beyond = recorder.ttft_over(*RAMP, beyond_read=True) if covers_ramp else None
     due = [b for b in recorder.batches.values() if b.deadline_s <= end]
     open_ = [b for b in recorder.batches.values() if b.deadline_s > end and b.finished_s is None]
     met = [b for b in due if b.finished_s is not None and b.finished_s <= b.deadline_s]
@@ -98,6 +109,7 @@ def summarize(policy: str, recorder: Recorder, scenario: Scenario, wall_s: float
         ttft_p99_s=ttft.percentile(0.99),
         ramp_ttft_p99_s=ramp.percentile(0.99) if ramp is not None else None,
         ramp_chat_ttft_p99_s=ramp_chat.percentile(0.99) if ramp_chat is not None else None,
+        ramp_beyond_read_p99_s=ramp_beyond.percentile(0.99) if ramp_beyond is not None else None,
         itl_p50_s=itl.percentile(0.5),
         itl_p99_s=itl.percentile(0.99),
         peak_gpus=recorder.peak_servers,

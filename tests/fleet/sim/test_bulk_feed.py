@@ -1,0 +1,32 @@
+"""The simulated dispatcher releases what the room holds and no more, as the live one does."""
+
+from __future__ import annotations
+
+from bulk.release_policy import DeadlineRisk, PoolLoad, ReleaseOrder, RoomPolicy
+from fleet.sim.bulk_feed import BulkFeed
+from fleet.sim.recorder import BatchOutcome
+
+
+def test_one_release_stays_within_the_room() -> None:
+    """Entries released in one call hold no lease yet: the room must shrink with each of them
+    (a load recomputed with them in flight but not leased showed the same room every time, and
+    admission refused the excess back)."""
+    feed = BulkFeed(RoomPolicy(0.1, 10**9), ReleaseOrder({"a": 1.0}), DeadlineRisk(), entry_requests=10)
+    batch = feed.add(BatchOutcome("b", "a", 10_000, deadline_s=86_400.0), 0.0, 1_000.0)
+    load = PoolLoad(
+        pool_id="p",
+        capacity_tokens=1_000_000,
+        leased_tokens=400_000,  # people's
+        bulk_inflight_tokens=0,
+        bulk_inflight_requests=0,
+        interactive_waiting=0,
+        interactive_running=100,
+    )
+    releases = feed.release(load, 0.0, lambda b, n: n * 1_000)
+    released = sum(r.tokens for r in releases)
+    assert released == 500_000  # usable 900,000 less people's 400,000
+    assert batch.released == 500
+    assert feed.inflight_tokens == released
+    # Nothing ended: the next tick's load carries the leases, and there is no room left.
+    after = PoolLoad("p", 1_000_000, 900_000, released, 500, 0, 100)
+    assert feed.release(after, 1.0, lambda b, n: n * 1_000) == []
