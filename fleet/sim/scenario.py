@@ -136,12 +136,16 @@ class Scenario:
 
 # Interactive teams and bulk teams apart: a team's own bulk counts against its share, so a
 # team running both would see its people's requests borrowed at bulk priority (docs/simulator.md).
-# The interactive teams' weights cover their peak (chat ~47% of the 400 GPUs' KV, search ~32%).
+# Weights follow what each team needs at its own busiest: people's leases reach ~88% of the
+# fleet at the peak (chat 53%, search 35%: shares 54.5% and 36.4%), and bulk mostly runs on
+# room borrowed while people are few, split between the bulk teams by their volumes (60/40),
+# so fair release order and earliest deadlines agree. Weights that undercover a team's peak
+# push its people to borrowed room at bulk priority: their first tokens wait behind bulk.
 WEEKDAY_TEAMS = (
-    TeamMix("chat", weight=7.0, interactive_share=0.6, bulk_share=0.0),
-    TeamMix("search", weight=4.5, interactive_share=0.4, bulk_share=0.0),
-    TeamMix("analytics", weight=1.0, interactive_share=0.0, bulk_share=0.6),
-    TeamMix("docs", weight=1.0, interactive_share=0.0, bulk_share=0.4),
+    TeamMix("chat", weight=6.0, interactive_share=0.6, bulk_share=0.0),
+    TeamMix("search", weight=4.0, interactive_share=0.4, bulk_share=0.0),
+    TeamMix("analytics", weight=0.6, interactive_share=0.0, bulk_share=0.6),
+    TeamMix("docs", weight=0.4, interactive_share=0.0, bulk_share=0.4),
 )
 
 

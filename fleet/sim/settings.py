@@ -17,20 +17,31 @@ from switchyard.config import AutoscalerSpec
 
 
 def gpu_engine_config() -> EngineConfig:
-    """One copy of the large model on an 80 GB GPU, as `switchyard plan large` sizes it.
+    """One copy of the large model on an 80 GB GPU, as `switchyard plan large` sizes its KV.
 
-    80,000 KV tokens; 64-token blocks (TensorRT-LLM's tokens_per_block); at most 2,048 tokens
-    a step (the plan's max_num_tokens); steps budgeted by tokens only (a huge cost cap); no
-    prefix caching (the simulated prompts share no prefixes, and hashing them costs time).
+    80,000 KV tokens; 64-token blocks (TensorRT-LLM's tokens_per_block); steps budgeted by
+    tokens only (a huge cost cap); no prefix caching (the simulated prompts share no
+    prefixes, and hashing them costs time).
+
+    At most 512 tokens a step, not the plan's 2,048: on the roofline GPU a full decode step
+    (35 replies, ~75,000 tokens of context) is memory-bound at ~33 ms, in which the GPU could
+    compute ~530 tokens, so a 512-token step carries its prompt chunk for free, while a
+    2,048-token chunk makes the step compute-bound at ~128 ms: every reply in it waits four
+    times as long for its token, and a fleet reading 2,000-token prompts at 1,000 a second
+    spends a fifth of its GPU time that way (docs/simulator.md, "Step budget").
+
+    Reads of more than 128 tokens left yield to shorter ones (`long_prefill_tokens`): a
+    30,000-token document no longer holds every chat prompt behind it for its ~2 s read.
     """
     return EngineConfig(
         kv_capacity_tokens=80_000,
         block_size=64,
         max_num_seqs=256,
-        max_num_batched_tokens=2048,
+        max_num_batched_tokens=512,
         max_step_cost=1e12,
         enable_chunked_prefill=True,
         enable_prefix_caching=False,
+        long_prefill_tokens=128,
     )
 
 
@@ -42,8 +53,12 @@ class SimSettings:
     pool_id: str = "large"
     min_copies: int = 1
     # Bulk leaves this share of the pool's KV to people at all times (switchyard.yaml's
-    # bulk.interactive_reserve_fraction; 0.1 of a 400-GPU pool is 40 servers of burst room).
-    reserve_fraction: float = 0.1
+    # bulk.interactive_reserve_fraction, 0.2 for the few servers of a CPU pool). A fleet of
+    # hundreds needs less: 0.03 of 400 GPUs is ~12 servers, ~1,000 requests' leases, ten times
+    # the Poisson swing of 1,000 req/s over the ~10 s bulk takes to turn over, and a hundred
+    # times what the morning ramp adds in that time. An interactive request finding the room
+    # taken preempts bulk in the engine anyway; the reserve only spares the recompute.
+    reserve_fraction: float = 0.03
     max_bulk_inflight: int = 10**9  # a GPU pool takes as many bulk requests as its KV holds
     dispatch_interval_s: float = 1.0  # the dispatcher's tick
     queue_timeout_s: float = 5.0  # interactive requests wait this long for room, then 503
