@@ -39,6 +39,13 @@ def add_sim_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     )
     parser.add_argument("--cost-profile", type=Path, default=None, help="JSON step samples to fit the cost model to")
     parser.add_argument("--probe-every", type=float, default=1800.0, help="fast mode: seconds between probes")
+    parser.add_argument(
+        "--reserve-fraction",
+        type=float,
+        default=None,
+        help="the share of the pool's KV bulk leaves to people (default 0.03, a 400-GPU fleet's; "
+        "switchyard.yaml's bulk.interactive_reserve_fraction is for a few CPU servers)",
+    )
     return parser
 
 
@@ -60,11 +67,12 @@ def sim(config: SwitchyardConfig, args: argparse.Namespace) -> int:
     if args.exact and args.gpus > EXACT_GPUS_WARNING:
         print(f"switchyard sim: --exact with {args.gpus} GPUs steps every server: expect hours", file=sys.stderr)
     chosen = replace(scenario(args.scenario, gpus=args.gpus, hours=args.hours), startup_s=config.autoscaler.startup_s)
-    settings = SimSettings(
-        autoscaler=config.autoscaler,
-        reserve_fraction=config.bulk.interactive_reserve_fraction,
-        queue_timeout_s=config.quota.queue_timeout_s,
-    )
+    settings = SimSettings(autoscaler=config.autoscaler, queue_timeout_s=config.quota.queue_timeout_s)
+    if args.reserve_fraction is not None:
+        if not 0.0 <= args.reserve_fraction < 1.0:
+            print(f"switchyard sim: --reserve-fraction must be in [0, 1), got {args.reserve_fraction}", file=sys.stderr)
+            return 2
+        settings = replace(settings, reserve_fraction=args.reserve_fraction)
     if args.cost_profile is not None:
         try:
             cost: StepCostModel = load_profile(args.cost_profile)
@@ -78,7 +86,12 @@ def sim(config: SwitchyardConfig, args: argparse.Namespace) -> int:
         print(f"simulating {chosen.name} under {name} ...", flush=True)
         runs.append(run_policy(name, chosen, settings, seed=args.seed, exact=args.exact, probe=probe))
     out = args.out if args.out is not None else config.var_path / "sim" / chosen.name
-    mode = "exact" if args.exact else f"fast (fluid fleet + {probe.cell}-server probes every {probe.every_s:g} s)"
+    mode = (
+        "exact"
+        if args.exact
+        else f"fast (fluid fleet + {probe.cell}-server probes every {probe.every_s:g} s,"
+        f" {probe.ramp_every_s:g} s through the morning ramp)"
+    )
     notes = [bulk_fleet_note(chosen, settings)] if "no-backfill" in policies else []
     report = write_report(out, chosen, runs, seed=args.seed, mode=mode, notes=notes)
     rows = [run.summary.row() for run in runs]

@@ -226,9 +226,8 @@ class ExactFleet:
     def count_in_flight(self, dt: float) -> None:
         """Request-seconds in flight by kind over the last `dt` (with the finishes counted in
         the same window, Little's law gives how long a request holds its lease)."""
-        interactive = bulk = kv = 0
+        interactive = bulk = 0
         for server in self.servers.values():
-            kv += server.kv_used_tokens
             for request in server.requests.values():
                 if request.kind == INTERACTIVE:
                     interactive += 1
@@ -236,7 +235,6 @@ class ExactFleet:
                     bulk += 1
         self.recorder.count("interactive_in_flight_s", interactive * dt)
         self.recorder.count("bulk_in_flight_s", bulk * dt)
-        self.recorder.count("kv_in_flight_token_s", kv * dt)
 
     def release_lease(self, request: SimRequest) -> None:
         interactive = request.kind == INTERACTIVE

@@ -87,17 +87,14 @@ class FluidFleet:
         return self.servers.ready * self.settings.engine.kv_capacity_tokens
 
     def held_per_leased(self) -> float:
-        """KV held per lease token in flight: a request holds its prompt and the reply so far
-        of a lease of prompt + max_tokens (~0.91 of it over a request's life at the brief's
-        lengths, ~0.87 when it starts), or less where the latest probe measured less (requests
-        queued in an engine hold none). Counted on the leases, which admission and the
-        dispatcher hold exactly, rather than on the fluid's request counts, whose mix of fresh
-        and old requests moves with every release. A probe measuring more only drew more
-        documents than the mean in a few minutes of 4 servers: the mean caps it."""
-        m = self.m
-        measured = self.probe.kv_per_request if self.probe is not None else None
-        per_request = min(measured, m.kv_in_flight) if measured else m.kv_in_flight
-        return per_request / m.lease_in_flight
+        """KV held per lease token in flight: a request holds its prompt, the reply so far and
+        its last block's slack, of a lease of prompt + max_tokens: ~0.91 of it over a request's
+        life at the brief's lengths. Counted on the leases, which admission and the dispatcher
+        hold exactly, rather than on the fluid's request counts, whose mix of fresh and old
+        requests moves with every release. Not from the probes: admitted by lease, a request
+        finds its blocks at once, and a few minutes of 4 servers measure the documents they
+        happened to draw more than anything else."""
+        return self.m.kv_in_flight / self.m.lease_in_flight
 
     def kv_used_tokens(self) -> float:
         leased = sum(f.tokens for f in self.interactive.values()) + sum(f.tokens for f in self.bulk.values())

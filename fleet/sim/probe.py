@@ -33,9 +33,6 @@ class ProbeResult:
     # window); None when none finished. The fluid fleet turns its flows over at these.
     interactive_duration_s: float | None
     bulk_duration_s: float | None
-    # KV blocks an in-flight request holds on average (a request waiting in the engine holds
-    # none): the fluid fleet's KV in use is its requests in flight times this.
-    kv_per_request: float | None
 
 
 def run_probe(
@@ -79,6 +76,4 @@ def run_probe(
         done = counters[f"{kind}_done_in_window"]
         return counters[f"{kind}_in_flight_s"] / done if done else None
 
-    request_s = counters["interactive_in_flight_s"] + counters["bulk_in_flight_s"]
-    kv_per_request = counters["kv_in_flight_token_s"] / request_s if request_s else None
-    return ProbeResult(recorder.ttft_samples, itl, busy, duration("interactive"), duration("bulk"), kv_per_request)
+    return ProbeResult(recorder.ttft_samples, itl, busy, duration("interactive"), duration("bulk"))

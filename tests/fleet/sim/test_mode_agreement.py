@@ -1,12 +1,14 @@
 """The fast mode (fluid fleet + step-level probes) against the exact mode (every server
 step-level) on a fleet small enough to run exactly: 8 GPUs, the first hour of the weekday.
 
-Tolerances, and why they are not tighter:
-- TTFT p50 within 25% and p90 within 50%: the probes are 2-server cells, the exact fleet has
-  4-8 servers, so a 30,000-token document finds a server with room less easily in a probe.
+Measured (seed 3): TTFT p50 0.109 s fast against 0.113 s exact, p90 0.29 against 0.31 s;
+busy 82% against 81%; bulk requests done 56,600 against 52,600. Tolerances, and why they are
+not tighter:
+- TTFT p50 within 15% and p90 within 30%: the probes are 4-server cells, the exact fleet has
+  4-8 servers, so a 30,000-token document finds a server with room differently in a probe.
 - GPU-hours paid within 10%: the same autoscaler on nearly the same signals.
-- bulk requests done and busy KV within 25%: the fluid releases bulk at the mean lease and
-  turns it over continuously; the exact dispatcher releases whole requests once a second, and a
+- bulk requests done within 15% and busy KV within 10%: the fluid releases bulk at the mean
+  lease and turns it over continuously; the exact dispatcher releases whole requests, and a
   document at the head of a batch waits for room (both effects shrink with the fleet).
 """
 
@@ -28,12 +30,12 @@ def test_fast_mode_agrees_with_the_exact_mode_on_a_small_fleet() -> None:
     fast = run_policy("autoscaler", day, settings, seed=3, exact=False, probe=ProbeSettings(every_s=300.0))
     e, f = exact.recorder, fast.recorder
     e_ttft, f_ttft = e.ttft_over(0, day.duration_s), f.ttft_over(0, day.duration_s)
-    assert f_ttft.percentile(0.5) == pytest.approx(e_ttft.percentile(0.5), rel=0.25)
-    assert f_ttft.percentile(0.9) == pytest.approx(e_ttft.percentile(0.9), rel=0.5)
+    assert f_ttft.percentile(0.5) == pytest.approx(e_ttft.percentile(0.5), rel=0.15)
+    assert f_ttft.percentile(0.9) == pytest.approx(e_ttft.percentile(0.9), rel=0.3)
     assert f.itl_over(0, day.duration_s).percentile(0.5) == pytest.approx(
         e.itl_over(0, day.duration_s).percentile(0.5), rel=0.25
     )
     assert f.paid_gpu_s == pytest.approx(e.paid_gpu_s, rel=0.1)
-    assert f.counters["bulk_done"] == pytest.approx(e.counters["bulk_done"], rel=0.25)
-    assert fast.summary.busy_fraction == pytest.approx(exact.summary.busy_fraction, rel=0.25)
+    assert f.counters["bulk_done"] == pytest.approx(e.counters["bulk_done"], rel=0.15)
+    assert fast.summary.busy_fraction == pytest.approx(exact.summary.busy_fraction, rel=0.1)
     assert f.counters["interactive_arrived"] == pytest.approx(e.counters["interactive_arrived"], rel=0.05)

@@ -42,3 +42,5 @@ def test_bad_arguments_are_refused(tmp_path: Path) -> None:
     assert sim(load_config(), args) == 2
     with pytest.raises(SystemExit):
         parse(["sim", "tuesday"])
+    args = parse(["sim", "weekday", "--reserve-fraction", "1.5", "--out", str(tmp_path)])
+    assert sim(load_config(), args) == 2
