@@ -130,9 +130,6 @@ class ExactFleet:
     def admit(self, request: SimRequest, now: float) -> bool | None:
         """Ask the share policy: True admitted, False refused (429), None no room yet."""
         interactive = request.kind == INTERACTIVE
-        if not self.settings.admission:
-            self.leases.take(request.team_id, request.lease_tokens, borrowed=False, interactive=interactive)
-            return True
         decision = self.leases.decide(request.team_id, request.lease_tokens, interactive, self.capacity_tokens(), now)
         if decision.admitted:
             request.borrowed = decision is Decision.BORROW

@@ -63,9 +63,6 @@ class SimSettings:
     dispatch_interval_s: float = 1.0  # the dispatcher's tick
     queue_timeout_s: float = 5.0  # interactive requests wait this long for room, then 503
     load_factor: float = 1.25  # the router's bounded-load factor
-    # Ask the share policy for each request (False: the fast mode's probes, where the fluid
-    # fleet has already admitted the traffic they are fed).
-    admission: bool = True
     sample_interval_s: float = 60.0
     rate_window_s: float = 60.0  # the interactive rate the autoscaler sees: arrivals over this
     seed_history_days: int = 7  # days of the scenario's own curve fed to the load profile first
