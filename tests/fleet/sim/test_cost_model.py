@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from fleet.sim.cost_model import LinearCost, RooflineCost, StepSample, fit_linear, load_profile
+from fleet.sim.cost_model import LinearCost, RooflineCost, StepSample, fit_linear, load_profile, read_alone_s
 from fleet.sim.settings import SimSettings, server_capacity
 
 
@@ -62,3 +62,12 @@ def test_load_profile_reads_samples_and_refuses_bad_rows(tmp_path: Path) -> None
         load_profile(path)
     with pytest.raises(ValueError, match="at least 3"):
         fit_linear([StepSample(1, 1, 0.1)])
+
+
+def test_a_prompt_read_alone_takes_its_chunks_at_the_compute_rate() -> None:
+    """30,000 tokens in 512-token steps: 59 compute-bound steps of 32 ms (the context read stays
+    under them), ~1.9 s; nothing to read, nothing to wait for."""
+    cost = RooflineCost()
+    assert read_alone_s(cost, 30_000, 512) == pytest.approx(30_000 / 16_000, rel=0.01)
+    assert read_alone_s(cost, 100, 512) == pytest.approx(cost.step_s(100, 0, 100))
+    assert read_alone_s(cost, 0, 512) == 0.0
