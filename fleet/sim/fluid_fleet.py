@@ -96,13 +96,18 @@ class FluidFleet:
         happened to draw more than anything else."""
         return self.m.kv_in_flight / self.m.lease_in_flight
 
+    @staticmethod
+    def leased_tokens(flows: dict[tuple[str, bool], Flow]) -> float:
+        """Lease tokens the flows hold."""
+        return sum(f.tokens for f in flows.values())
+
     def kv_used_tokens(self) -> float:
-        leased = sum(f.tokens for f in self.interactive.values()) + sum(f.tokens for f in self.bulk.values())
+        leased = self.leased_tokens(self.interactive) + self.leased_tokens(self.bulk)
         return min(float(self.capacity_tokens()), leased * self.held_per_leased())
 
     def interactive_kv_tokens(self) -> float:
         """KV people's requests hold (see `held_per_leased`)."""
-        return sum(f.tokens for f in self.interactive.values()) * self.held_per_leased()
+        return self.leased_tokens(self.interactive) * self.held_per_leased()
 
     def num_waiters(self) -> int:
         return sum(n for q in self.waiters.values() for _, n in q)
@@ -209,7 +214,7 @@ class FluidFleet:
             del self.bulk[key]
         # The dispatcher's in-flight figures are the flows' (whole-request rounding would drift).
         self.feed.inflight_requests = round(sum(f.requests for f in self.bulk.values()))
-        self.feed.inflight_tokens = round(sum(f.tokens for f in self.bulk.values()))
+        self.feed.inflight_tokens = round(self.leased_tokens(self.bulk))
 
     def arrive(self, now: float, dt: float) -> None:
         count = int(self.np_rng.poisson(self.scenario.rate_at(now) * dt))
