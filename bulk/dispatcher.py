@@ -46,6 +46,7 @@ from bulk.release_policy import Candidate, DeadlineRisk, ReleaseOrder, RoomPolic
 from bulk.results import EntryResult, Outcome, ResultStore, output_record
 from gateway.catalog import ModelCatalog
 from gateway.chat_template import ChatTemplates
+from quota.lease_size import bulk_lease_tokens
 from switchyard.config import SwitchyardConfig
 
 logger = logging.getLogger(__name__)
@@ -256,6 +257,10 @@ class Dispatcher:
         for pool_id, works in by_pool.items():
             await self._release_in_pool(pool_id, works)
 
+    def _lease(self, cost_tokens: int) -> int:
+        """What an entry of `cost_tokens` (prompt bound + max_tokens) leases at the gateway."""
+        return bulk_lease_tokens(cost_tokens, self._bulk.lease_fraction)
+
     def _paused(self, pool_id: str, team_id: str | None) -> bool:
         return self._paused_until.get((pool_id, team_id), 0.0) > self._clock()
 
@@ -276,7 +281,14 @@ class Dispatcher:
             # the credit of teams left out, and a team of long entries must build it up. A team
             # held back by a 429 sits out until its Retry-After.
             candidates = [
-                Candidate(w.batch_id, w.record.team_id, w.record.deadline, w.record.created_at, cost, w.record.at_risk)
+                Candidate(
+                    w.batch_id,
+                    w.record.team_id,
+                    w.record.deadline,
+                    w.record.created_at,
+                    self._lease(cost),
+                    w.record.at_risk,
+                )
                 for w in works
                 if (cost := w.head_cost()) is not None and not self._paused(pool_id, w.record.team_id)
             ]
@@ -291,7 +303,7 @@ class Dispatcher:
             ready = work.ready.popleft()
             self._launch(work, ready)
             self.metrics.released.labels(pool_id, work.record.team_id).inc()
-            room -= ready.entry.cost_tokens
+            room -= self._lease(ready.entry.cost_tokens)
             requests += 1
             more -= 1
             await self._fill(work)
@@ -316,7 +328,7 @@ class Dispatcher:
         line = ready.entry.line
         self.metrics.inflight.labels(self._pool_of(work.record)).inc()
         work.inflight[line] = asyncio.create_task(self._run_entry(work, ready), name=f"bulk-{work.batch_id}-{line}")
-        work.inflight_costs[line] = ready.entry.cost_tokens
+        work.inflight_costs[line] = self._lease(ready.entry.cost_tokens)
 
     async def _run_entry(self, work: BatchWork, ready: ReadyEntry) -> None:
         entry = ready.entry

@@ -30,6 +30,7 @@ from redis.exceptions import RedisError
 
 from quota.capacity import CapacitySource
 from quota.fair_queue import FairQueue
+from quota.lease_size import bulk_lease_tokens
 from quota.leases import Lease, LeaseStore, ReserveOutcome, WaiterMark
 from quota.shares import Decision, ShareDecision, SharePolicy, TeamLimits, TeamLoad
 from switchyard.config import SwitchyardConfig
@@ -95,6 +96,7 @@ class Admission:
         )
         self.store = LeaseStore(client, self.policy, clock, prefix)
         self._quota = config.quota
+        self._bulk_lease_fraction = config.bulk.lease_fraction
         self._clock = clock
         self._capacity = capacity
         self._poll_s = queue_poll_s
@@ -105,7 +107,8 @@ class Admission:
     async def admit(
         self, team_id: str, pool_id: str, tokens: int, request_class: str, *, expected_s: float | None = None
     ) -> Lease:
-        """A lease for `tokens` of KV (prompt + max_tokens), or AdmissionRefused.
+        """A lease for `tokens` of KV (prompt + max_tokens), or AdmissionRefused. Bulk leases
+        `bulk.lease_fraction` of them (`quota.lease_size`).
 
         `expected_s`: how long the request should take, if the caller can tell; it makes a
         refused team's Retry-After sharper (the lease TTL is assumed otherwise)."""
@@ -116,6 +119,8 @@ class Admission:
         if team_id not in self.policy.weights:
             raise ValueError(f"unknown team {team_id!r}")
         interactive = request_class == "interactive"
+        if not interactive:
+            tokens = bulk_lease_tokens(tokens, self._bulk_lease_fraction)
         may_wait = interactive and self._quota.queue_timeout_s > 0
         mark = WaiterMark(uuid.uuid4().hex, self._clock() + self._quota.queue_timeout_s + _WAIT_MARK_SLACK_S)
         # Every request tries at once, queue or no queue: a refusal (429) must not wait, and a

@@ -171,6 +171,10 @@ class BulkSpec(_Strict):
     chunk_lines: Annotated[int, Field(ge=1)] = 256  # input lines per queued reference
     # Share of each pool's KV that bulk leaves for people (interactive requests) at all times.
     interactive_reserve_fraction: Annotated[float, Field(ge=0, lt=1)] = 0.2
+    # Share of prompt + max_tokens a bulk request leases (quota/lease_size.py): below 1 the
+    # pool's bulk is counted at about the KV it holds (a reply grows a token a step) and the
+    # engine preempts bulk on a server that runs over. 1 for a few CPU servers; ~0.9 for GPUs.
+    lease_fraction: Annotated[float, Field(gt=0, le=1)] = 1.0
     max_inflight_per_pool: Annotated[int, Field(ge=1)] = 32  # bulk requests one dispatcher runs at once
     # ... while people are served in the pool (and 5 s after). On the CPU engine every bulk
     # request costs the CPUs people's requests need (S5: 1 keeps their first token within

@@ -145,6 +145,16 @@ async def test_bulk_never_queues(client: aioredis.Redis) -> None:
     assert refused.value.retry_after_s is not None and refused.value.retry_after_s >= 1
 
 
+async def test_bulk_leases_its_fraction_of_the_tokens_and_people_all_of_them(client: aioredis.Redis) -> None:
+    config = make_config()
+    config = config.model_copy(update={"bulk": config.bulk.model_copy(update={"lease_fraction": 0.9})})
+    admission = Admission(config, client, StaticCapacity({"small": 8000}))
+    bulk = await admission.admit("b", "small", 1001, "bulk")
+    person = await admission.admit("b", "small", 1001, "interactive")
+    assert (bulk.tokens, person.tokens) == (901, 1001)
+    assert (await admission.refresh_snapshot())["small"].leases == {"b": TeamLoad(1902)}
+
+
 async def test_interactive_waits_a_bounded_time_then_503(client: aioredis.Redis) -> None:
     capacity = StaticCapacity({"small": 2000})
     admission = admission_for(client, capacity, queue_timeout_s=0.3)
