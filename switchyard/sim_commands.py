@@ -46,6 +46,13 @@ def add_sim_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         help="the share of the pool's KV bulk leaves to people (default 0.03, a 400-GPU fleet's; "
         "switchyard.yaml's bulk.interactive_reserve_fraction is for a few CPU servers)",
     )
+    parser.add_argument(
+        "--bulk-lease-fraction",
+        type=float,
+        default=None,
+        help="the share of prompt + max_tokens a bulk request leases (default: the simulator's, see "
+        "docs/simulator.md; switchyard.yaml's bulk.lease_fraction is for a few CPU servers)",
+    )
     return parser
 
 
@@ -73,6 +80,14 @@ def sim(config: SwitchyardConfig, args: argparse.Namespace) -> int:
             print(f"switchyard sim: --reserve-fraction must be in [0, 1), got {args.reserve_fraction}", file=sys.stderr)
             return 2
         settings = replace(settings, reserve_fraction=args.reserve_fraction)
+    if args.bulk_lease_fraction is not None:
+        if not 0.0 < args.bulk_lease_fraction <= 1.0:
+            print(
+                f"switchyard sim: --bulk-lease-fraction must be in (0, 1], got {args.bulk_lease_fraction}",
+                file=sys.stderr,
+            )
+            return 2
+        settings = replace(settings, bulk_lease_fraction=args.bulk_lease_fraction)
     if args.cost_profile is not None:
         try:
             cost: StepCostModel = load_profile(args.cost_profile)

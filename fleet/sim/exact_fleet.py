@@ -187,6 +187,8 @@ class ExactFleet:
 
     def step_end(self, server: SimServer, now: float) -> list[Event[ExactFleet]]:
         result = server.end_step(now, self.on_token)
+        if result.preempted:
+            self.recorder.count("preempted", result.preempted)
         for request in result.finished:
             self.finished(request, now)
         for request in result.aborted:
@@ -264,7 +266,10 @@ class ExactFleet:
         request = self.heads.get(key)
         if request is None:
             prompt, reply = self.scenario.prompt.sample(self.rng), self.scenario.reply.sample(self.rng)
-            request = SimRequest(f"b{next(self._ids)}", batch.outcome.team_id, BULK, prompt, reply, 0.0, batch_id)
+            request = SimRequest(
+                f"b{next(self._ids)}", batch.outcome.team_id, BULK, prompt, reply, 0.0, batch_id,
+                bulk_lease_fraction=self.settings.bulk_lease_fraction,
+            )  # fmt: skip
             self.heads[key] = request
         return request.lease_tokens
 

@@ -60,6 +60,7 @@ class FluidFleet:
         self.np_rng = np.random.default_rng(seed)
         self.recorder = Recorder(scenario.hours)
         self.m: Moments = moments(scenario, settings.engine.block_size)
+        self.bulk_lease_mean = self.m.lease_mean * settings.bulk_lease_fraction  # a bulk request's lease
         self.servers = FluidServers(self.recorder, settings.engine.kv_capacity_tokens)
         weights = {team.team_id: team.weight for team in scenario.teams}
         self.leases = TeamLeases(SharePolicy(weights), settings.pool_id)
@@ -102,12 +103,20 @@ class FluidFleet:
         return sum(f.tokens for f in flows.values())
 
     def kv_used_tokens(self) -> float:
-        leased = self.leased_tokens(self.interactive) + self.leased_tokens(self.bulk)
+        """KV held: people's leases and bulk's (which lease `bulk_lease_fraction` of what they
+        may hold) at `held_per_leased`; never more than the ready servers have (beyond it, the
+        engine preempts bulk: the probes' bulk durations carry that)."""
+        bulk = self.leased_tokens(self.bulk) / self.settings.bulk_lease_fraction
+        leased = self.leased_tokens(self.interactive) + bulk
         return min(float(self.capacity_tokens()), leased * self.held_per_leased())
 
     def interactive_kv_tokens(self) -> float:
         """KV people's requests hold (see `held_per_leased`)."""
         return self.leased_tokens(self.interactive) * self.held_per_leased()
+
+    def bulk_teams(self) -> tuple[str, ...]:
+        """The teams with bulk in flight, in name order."""
+        return tuple(sorted({self.batches[batch].outcome.team_id for batch, _ in self.bulk}))
 
     def num_waiters(self) -> int:
         return sum(n for q in self.waiters.values() for _, n in q)
@@ -207,7 +216,7 @@ class FluidFleet:
                 emptied.append(key)
             self.leases.release(batch.outcome.team_id, round(freed), borrowed=key[1], interactive=False)
             if whole:
-                self.feed.done(batch, whole, round(whole * batch.mean_request_tokens), now)
+                self.feed.done(batch, whole, round(whole * self.bulk_lease_mean), now)
             self.recorder.team_tokens[batch.outcome.team_id] += ended * per_request
             self.recorder.count("bulk_done", ended)
         for key in emptied:
@@ -293,7 +302,7 @@ class FluidFleet:
             interactive_waiting=self.num_waiters(),
             interactive_running=round(interactive),
         )
-        releases = self.feed.release(load, now, lambda batch, n: round(n * batch.mean_request_tokens))
+        releases = self.feed.release(load, now, lambda _batch, n: round(n * self.bulk_lease_mean))
         for i, release in enumerate(releases):
             batch = release.batch
             team = batch.outcome.team_id

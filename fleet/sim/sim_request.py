@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from quota.lease_size import bulk_lease_tokens
+
 INTERACTIVE = "interactive"
 BULK = "bulk"
 
@@ -30,8 +32,11 @@ class SimRequest:
     retries: int = 0  # servers that died under it
     server_id: str | None = None
     finished_s: float | None = None
+    bulk_lease_fraction: float = 1.0  # of prompt + max_tokens a bulk request leases
 
     @property
     def lease_tokens(self) -> int:
-        """KV the request may come to hold: what admission and the dispatcher count."""
-        return self.prompt_tokens + self.reply_tokens
+        """What admission and the dispatcher count: the KV the request may come to hold, of
+        which bulk leases `bulk_lease_fraction` (quota/lease_size.py)."""
+        tokens = self.prompt_tokens + self.reply_tokens
+        return bulk_lease_tokens(tokens, self.bulk_lease_fraction) if self.kind == BULK else tokens

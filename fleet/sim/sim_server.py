@@ -29,6 +29,7 @@ TokenSink = Callable[[SimRequest, float, float | None], None]
 class StepResult:
     finished: list[SimRequest] = field(default_factory=list)
     aborted: list[SimRequest] = field(default_factory=list)
+    preempted: int = 0  # sequences the step's plan preempted (recompute: they read again)
 
 
 class SimServer:
@@ -103,7 +104,7 @@ class SimServer:
         plan = self._plan
         assert plan is not None, "end_step without begin_step"
         self._plan = None
-        result = StepResult()
+        result = StepResult(preempted=len(plan.preempted_ids))
         scheduler = self.scheduler
         scheduler.update_after_step(plan)
         for seq, _ in plan.scheduled:

@@ -44,3 +44,5 @@ def test_bad_arguments_are_refused(tmp_path: Path) -> None:
         parse(["sim", "tuesday"])
     args = parse(["sim", "weekday", "--reserve-fraction", "1.5", "--out", str(tmp_path)])
     assert sim(load_config(), args) == 2
+    args = parse(["sim", "weekday", "--bulk-lease-fraction", "0", "--out", str(tmp_path)])
+    assert sim(load_config(), args) == 2
