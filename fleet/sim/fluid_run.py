@@ -75,7 +75,7 @@ def probe_now(fleet: FluidFleet, now: float, probe: ProbeSettings, seed: int) ->
         fleet.scenario,
         fleet.settings,
         rate_per_server=rate,
-        bulk=with_bulk,
+        bulk_teams=fleet.bulk_teams() if with_bulk else (),
         cell=probe.cell,
         warmup_s=probe.warmup_s,
         window_s=probe.ramp_window_s if in_ramp(now) else probe.window_s,
