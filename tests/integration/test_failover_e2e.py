@@ -160,8 +160,14 @@ def test_a_server_killed_mid_reply_costs_the_clients_nothing(fleet: Fleet, live_
         assert wait_until(lambda: all(e.is_set() for e in started[:4]), 60), "the streams never got going"
         log = live_gateway.config.var_path / "logs" / "gw.log"
         failovers_before = log.read_text().count("trying another")
-        taken = {name: _llm_requests(server)[0] - received[name] for name, server in fleet.servers.items()}
-        fleet.kill(max(taken, key=lambda name: taken[name]))  # the one that took more, early in the replies
+        # The one holding more replies now (then: that took more), early in the replies: on a
+        # loaded machine the one that took more may have finished them already.
+        load = {
+            name: (held, taken - received[name])
+            for name, server in fleet.servers.items()
+            for taken, held in [_llm_requests(server)]
+        }
+        fleet.kill(max(load, key=lambda name: load[name]))
         replies = [future.result(timeout=120) for future in futures]
     assert log.read_text().count("trying another") > failovers_before  # replies really were cut
     for index, (got, want) in enumerate(zip(replies, reference, strict=True)):
