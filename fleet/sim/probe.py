@@ -14,12 +14,16 @@ borrow, or wait for room, more often than in the fleet; at 2.4 req/s a server be
 cells of 4, 8 and 16 servers gave chat-sized TTFT p99 of 1.95, 1.46 and 2.47 s (three seeds
 each), so the cell's size is not what sets the tail.
 
-Every team running bulk in the fleet runs it in the cell: a team with nothing in flight lends
-its share to the others, and a team beyond its share as it would be with everyone active but
-within the share it has with a team idle borrows only room no lease holds (`quota.shares`).
-With one bulk team of the fleet's two in a cell at 2.8 req/s a server, people's requests
-waited at the cell's gateway ~400 times in two minutes (seed 1: chat-sized p99 2.03 s, 1.23 s
-with both).
+The teams running bulk in the fleet run it in the cell as one team of their summed weight
+(`cell_teams`). A team with nothing in flight lends its share to the others, and people over
+their share as it is with everyone active but within the one they have while a team is idle
+borrow only room no lease holds (`quota.shares`), so they wait for it. In the fleet a bulk
+team's share is hundreds of requests and it is never idle; in a cell it is a few, and a
+document beyond it left the team idle between releases. At 2.8 req/s a server, seeds 1 / 2:
+with one of the fleet's two bulk teams in the cell, people waited at its gateway ~400 times in
+two minutes (chat-sized p99 2.03 / 3.00 s); with both, 221 / 363 times (1.23 / 2.42 s);
+merged into one, never (1.31 / 0.65 s). Merging people's teams as well did not steady the
+tail (2.83 / 1.18 s), so they keep their own shares.
 """
 
 from __future__ import annotations
@@ -31,11 +35,12 @@ from fleet.autoscaler import StaticFleet
 from fleet.sim.exact_run import run_exact
 from fleet.sim.histogram import Histogram
 from fleet.sim.recorder import Recorder, TtftSample
-from fleet.sim.scenario import BRIEF_GPUS, HOUR, BatchPlan, Scenario
+from fleet.sim.scenario import BRIEF_GPUS, HOUR, BatchPlan, Scenario, TeamMix
 from fleet.sim.settings import SimSettings
 from fleet.sim.variants import Variant
 
 PROBE_BULK_REQUESTS = 10**8  # scaled down by the cell's size: never runs out in a window
+PROBE_BULK_TEAM = "probe-bulk"  # the fleet's teams running bulk, as one (`cell_teams`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +52,26 @@ class ProbeResult:
     # window); None when none finished. The fluid fleet turns its flows over at these.
     interactive_duration_s: float | None
     bulk_duration_s: float | None
+
+
+def cell_teams(teams: Sequence[TeamMix], bulk_teams: Sequence[str]) -> tuple[TeamMix, ...]:
+    """The cell's teams: the fleet's, with `bulk_teams` (those running bulk now) merged into
+    one, `PROBE_BULK_TEAM`, of their summed weight and traffic. Idle teams stay, idle: a static
+    share counts every configured team."""
+    running = set(bulk_teams)
+    if unknown := running - {t.team_id for t in teams}:
+        raise ValueError(f"bulk teams not in the scenario: {sorted(unknown)}")
+    merged = [t for t in teams if t.team_id in running]
+    kept = tuple(t for t in teams if t.team_id not in running)
+    if not merged:
+        return kept
+    bulk = TeamMix(
+        PROBE_BULK_TEAM,
+        weight=sum(t.weight for t in merged),
+        interactive_share=sum(t.interactive_share for t in merged),
+        bulk_share=sum(t.bulk_share for t in merged),
+    )
+    return (*kept, bulk)
 
 
 def run_probe(
@@ -61,11 +86,12 @@ def run_probe(
     seed: int,
 ) -> ProbeResult:
     """Latencies of a cell of `cell` servers fed `rate_per_server` interactive req/s each,
-    beside bulk of each of `bulk_teams` (none: no bulk)."""
+    beside the bulk of `bulk_teams` (none: no bulk)."""
     scale = cell / BRIEF_GPUS
-    batches = tuple(BatchPlan(f"probe-bulk-{team}", team, 0.0, PROBE_BULK_REQUESTS) for team in bulk_teams)
+    batches = (BatchPlan("probe-bulk", PROBE_BULK_TEAM, 0.0, PROBE_BULK_REQUESTS),) if bulk_teams else ()
     scenario = replace(
         base,
+        teams=cell_teams(base.teams, bulk_teams),
         name=f"{base.name}-probe",
         hours=(warmup_s + window_s) / HOUR,
         gpus=cell,

@@ -1,8 +1,8 @@
 """The fast mode (fluid fleet + step-level probes) against the exact mode (every server
 step-level) on a fleet small enough to run exactly: 8 GPUs, the first hour of the weekday.
 
-Measured (seed 3, bulk leasing 0.92 of prompt + max_tokens): TTFT p50 0.111 s fast against
-0.115 s exact, p90 0.30 against 0.32 s; busy 87% against 84.5%; bulk requests done 59,900
+Measured (seed 3, bulk leasing 0.92 of prompt + max_tokens): TTFT p50 0.106 s fast against
+0.115 s exact, p90 0.28 against 0.32 s; busy 87% against 84.5%; bulk requests done 60,800
 against 55,800. Tolerances, and why they are not tighter:
 - TTFT p50 within 15% and p90 within 30%: the probes are 4-server cells, the exact fleet has
   4-8 servers, so a 30,000-token document finds a server with room differently in a probe.
