@@ -19,6 +19,7 @@ from bulk.dispatcher import Dispatcher
 from bulk.gateway_client import GatewaySubmitter, Submission, Verdict
 from bulk.pool_loads import LivePoolLoads
 from quota.capacity import StaticCapacity
+from quota.lease_size import bulk_lease_tokens
 
 from .conftest import FakeBackend
 
@@ -307,3 +308,41 @@ async def test_a_team_held_at_its_limit_holds_no_other_team(
     await redis_client.aclose()
     assert asked.count("alpha") == 1  # asked once, then held for its Retry-After
     assert (await client.get(f"/v1/batches/{alpha_batch['id']}")).json()["counts"]["pending"] == 1
+
+
+@pytest.mark.parametrize("fraction", [1.0, 0.5])
+async def test_the_dispatcher_counts_what_bulk_leases(
+    client: httpx.AsyncClient, app: FastAPI, redis_url: str, fraction: float
+) -> None:
+    """With `bulk.lease_fraction` below 1 the dispatcher fits as many more entries into a pool's
+    room as the gateway will lease less for them (entries held in flight: nothing ends)."""
+    body = jsonl(*({"prompt": "the quick brown fox", "max_tokens": 50} for _ in range(40)))
+    created = await submit(client, body)
+    assert created.status_code == 202, created.text
+    services = app.state.services
+    bulk = services.config.bulk.model_copy(update={"lease_fraction": fraction})
+    config = services.config.model_copy(update={"bulk": bulk})
+    held: list[BatchEntry] = []
+    let_go = asyncio.Event()
+
+    class Holding:
+        async def submit(self, team_id: str, batch_id: str, entry: BatchEntry, attempt: int) -> Submission:
+            held.append(entry)
+            await let_go.wait()
+            return Submission(Verdict.LATER, "held")
+
+    capacity = StaticCapacity({"small": 1000, "large": 1000})
+    redis_client = aioredis.Redis.from_url(redis_url)
+    dispatcher = Dispatcher(
+        config, redis_client, LocalBlobStore(config.blob_path), services.catalog, Holding(),
+        LivePoolLoads(capacity, services.admission.store), consumer="lease", refresh_s=0.0,
+    )  # fmt: skip
+    await dispatcher.step()
+    await asyncio.sleep(0.05)  # the released entries reach the submitter
+    let_go.set()
+    while dispatcher.inflight():
+        await asyncio.sleep(0.01)
+    await redis_client.aclose()
+    lease = bulk_lease_tokens(held[0].cost_tokens, fraction)
+    usable = int(1000 * (1 - config.bulk.interactive_reserve_fraction))
+    assert len(held) == usable // lease < config.bulk.max_inflight_per_pool
