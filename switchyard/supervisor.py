@@ -244,7 +244,9 @@ class Supervisor:
         # SUSPECT: no heartbeat; the registry ages it to DEAD as soon as we would.
 
     async def _check_draining(self, copy: ServerCopy, now: float) -> None:
-        await self._beat(copy, now)  # still there, still draining (not DEAD) for readers
+        # Still there, still draining (not DEAD) for readers; a server that has deregistered
+        # itself on its way out is not registered again.
+        await self._registry.heartbeat(copy.server_id, now)
         assert copy.drain_started_at is not None and copy.process is not None
         # The process enforces drain_timeout_s itself; this is for one that hangs.
         if now - copy.drain_started_at > self._fleet.drain_timeout_s + _STOP_TIMEOUT_S:

@@ -197,7 +197,13 @@ async def test_a_fleet_restarts_the_dead_and_drains_on_request_or_sigterm(
         assert reply.error is None and reply.finished
         assert (reply.tokens, reply.finish_reason) == (1000, "length")
         assert gone(second_pid)
-        assert [c.server_id for c in supervisor.copies()] == [f"{POOL}-0"]  # not relaunched
+
+        async def retired() -> bool:  # the supervisor reaps it on its next pass, and forgets it
+            return [c.server_id for c in supervisor.copies()] == [f"{POOL}-0"]
+
+        await eventually(retired, config.fleet.heartbeat_s * 2 + 5)
+        await asyncio.sleep(config.fleet.heartbeat_s * 2)
+        assert await retired() and await _deregistered(registry, f"{POOL}-1")  # not relaunched, not back
 
         # SIGTERM to the first one's process: it marks itself draining, then goes the same way.
         wrapper_pid = first.pid
