@@ -88,8 +88,8 @@ def test_delete_cancels_and_frees_kv(gateway_url: str, auth: dict[str, str], tri
     }
     with httpx.stream("POST", f"{gateway_url}/v1/generate", json=body, timeout=60, headers=auth) as response:
         events = _sse_events(response)
-        next(events)  # the first delta: it is running and holds KV
-        assert _kv_used(triton_pool.metrics_url) > 0
+        next(events)  # the first delta: it is running and holds KV (the gauge may trail it)
+        assert wait_until(lambda: _kv_used(triton_pool.metrics_url) > 0, 10)
         cancelled = httpx.delete(f"{gateway_url}/v1/generate/e2e-cancel-1", timeout=10, headers=auth)
         assert cancelled.status_code == 200, cancelled.text
         assert cancelled.json()["status"] == "cancelled"
