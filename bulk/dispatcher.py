@@ -274,9 +274,9 @@ class Dispatcher:
         tokens = sum(cost for work in works for cost in work.inflight_costs.values())
         requests = sum(len(work.inflight) for work in works)
         load = self._room.note(await self._loads.pool_load(pool_id, tokens, requests), self._clock())
-        room, more = self._room.room_tokens(load), self._room.requests_room(load)
-        self.metrics.room_tokens.labels(pool_id).set(room)
-        while room > 0 and more > 0 and not self._paused(pool_id, None):
+        room = self._room.budget(load)
+        self.metrics.room_tokens.labels(pool_id).set(room.tokens)
+        while room.open and not self._paused(pool_id, None):
             # Every batch with an entry ready is a candidate, fitting or not: the order resets
             # the credit of teams left out, and a team of long entries must build it up. A team
             # held back by a 429 sits out until its Retry-After.
@@ -293,7 +293,7 @@ class Dispatcher:
                 if (cost := w.head_cost()) is not None and not self._paused(pool_id, w.record.team_id)
             ]
             chosen = self._orders[pool_id].peek(candidates)
-            if chosen is None or (chosen.head_cost > room and requests > 0):
+            if chosen is None or not room.allows(chosen.head_cost):
                 break
             self._orders[pool_id].pick(candidates)
             work = self._work[chosen.batch_id]
@@ -303,9 +303,7 @@ class Dispatcher:
             ready = work.ready.popleft()
             self._launch(work, ready)
             self.metrics.released.labels(pool_id, work.record.team_id).inc()
-            room -= self._lease(ready.entry.cost_tokens)
-            requests += 1
-            more -= 1
+            room.spend(self._lease(ready.entry.cost_tokens))
             await self._fill(work)
 
     async def _fill(self, work: BatchWork) -> None:

@@ -2,7 +2,8 @@
 batches, deadline risk and completion rate.
 
     each tick, per pool:
-        RoomPolicy.room_tokens(PoolLoad) ──▶ tokens bulk may add now (0 while people wait)
+        RoomPolicy.budget(PoolLoad) ───────▶ tokens and requests bulk may add now (none while
+                                             people wait), spent entry by entry
         candidates (one per batch with a ready entry, at_risk from DeadlineRisk)
         ReleaseOrder.pick(candidates) ─────▶ the batch whose head entry goes next
 
@@ -97,6 +98,38 @@ class RoomPolicy:
             return 0
         bulk = max(0, pool.bulk_inflight_tokens)
         return max(0, self.usable_tokens(pool.capacity_tokens) - _interactive_tokens(pool) - bulk)
+
+    def budget(self, pool: PoolLoad) -> RoomBudget:
+        """The room of one release pass into the pool (see `RoomBudget`)."""
+        return RoomBudget(self.room_tokens(pool), self.requests_room(pool), max(0, pool.bulk_inflight_requests))
+
+
+@dataclass(slots=True)
+class RoomBudget:
+    """What one release pass may still put into a pool: the room counted once from the pool's
+    load, then spent entry by entry. Entries released in the pass hold no lease yet (admission
+    runs after release), so a load read again with them in flight would show the same room."""
+
+    tokens: int  # KV tokens of bulk that may still go (RoomPolicy.room_tokens, less what went)
+    requests: int  # bulk requests that may still go (RoomPolicy.requests_room, less what went)
+    inflight_requests: int  # bulk requests in flight in the pool, this pass's included
+
+    @property
+    def open(self) -> bool:
+        """Whether anything may go at all."""
+        return self.tokens > 0 and self.requests > 0
+
+    def allows(self, head_cost: int) -> bool:
+        """Whether an entry leasing `head_cost` tokens may go now: it fits the room left, or the
+        room is open and none of our bulk is in flight in the pool (an entry larger than the
+        room must go some time: then it goes alone)."""
+        return self.open and (head_cost <= self.tokens or self.inflight_requests == 0)
+
+    def spend(self, tokens: int, requests: int = 1) -> None:
+        """An entry of `requests` requests leasing `tokens` went."""
+        self.tokens -= tokens
+        self.requests -= requests
+        self.inflight_requests += requests
 
 
 def _interactive_tokens(pool: PoolLoad) -> int:

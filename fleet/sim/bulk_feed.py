@@ -1,7 +1,7 @@
 """The bulk dispatcher as the simulator runs it: the dispatcher's own `RoomPolicy`,
 `ReleaseOrder` and `DeadlineRisk`, over batches held in memory instead of Redis Streams.
 
-Every tick: the pool's load ─▶ RoomPolicy.room_tokens ─▶ while the head entry fits,
+Every tick: the pool's load ─▶ RoomPolicy.budget ─▶ while it allows the head entry,
 ReleaseOrder.pick (at-risk batches first, then deficit round robin across teams, EDF within a
 team) ─▶ the caller admits and routes the entry. An entry is one request in the exact mode and a
 chunk of requests in the fast mode (the live dispatcher also queues chunks of lines).
@@ -75,19 +75,15 @@ class BulkFeed:
         `head_tokens(batch, requests)` is the lease of the batch's next entry of `requests`
         (the one starting at index `batch.released`).
         """
-        load = self.room.note(load, now)
-        # Room once, then less of it with every entry, as the live dispatcher counts it
-        # (bulk/dispatcher.py): entries released now hold no lease yet, so a load recomputed
-        # with them in flight but not leased would show the same room again.
-        room, requests_room = self.room.room_tokens(load), self.room.requests_room(load)
+        budget = self.room.budget(self.room.note(load, now))
         released: list[Release] = []
-        while len(released) < limit and room > 0 and requests_room > 0:
+        while len(released) < limit and budget.open:
             candidates: list[Candidate] = []
             sizes: dict[str, tuple[SimBatch, int, int]] = {}
             for batch in self.batches:
                 if batch.unreleased <= 0 or now >= batch.outcome.deadline_s:
                     continue
-                size = min(self.entry_requests, batch.unreleased, requests_room)
+                size = min(self.entry_requests, batch.unreleased, budget.requests)
                 cost = head_tokens(batch, size)
                 sizes[batch.outcome.batch_id] = (batch, size, cost)
                 candidates.append(
@@ -101,7 +97,7 @@ class BulkFeed:
                     )
                 )
             head = self.order.peek(candidates)
-            if head is None or sizes[head.batch_id][2] > room:
+            if head is None or not budget.allows(head.head_cost):
                 break
             self.order.pick(candidates)
             batch, size, cost = sizes[head.batch_id]
@@ -109,8 +105,7 @@ class BulkFeed:
             batch.released += size
             self.inflight_tokens += cost
             self.inflight_requests += size
-            room -= cost
-            requests_room -= size
+            budget.spend(cost, size)
             released.append(Release(batch, first, size, cost))
         return released
 

@@ -8,7 +8,15 @@ from dataclasses import replace
 
 import pytest
 
-from bulk.release_policy import Candidate, CompletionRate, DeadlineRisk, PoolLoad, ReleaseOrder, RoomPolicy
+from bulk.release_policy import (
+    Candidate,
+    CompletionRate,
+    DeadlineRisk,
+    PoolLoad,
+    ReleaseOrder,
+    RoomBudget,
+    RoomPolicy,
+)
 
 NOW = 1_000_000.0
 HOUR = 3600.0
@@ -54,6 +62,30 @@ def test_own_bulk_counts_once_whether_or_not_it_is_leased_yet() -> None:
     # Leases below our own bulk: interactive is taken as 0, never negative.
     assert policy.room_tokens(load(leased=500, bulk_tokens=2000, bulk_requests=2)) == 6000
     assert policy.room_tokens(load(leased=0, bulk_tokens=9000, bulk_requests=2)) == 0
+
+
+def test_a_pass_spends_its_budget_entry_by_entry() -> None:
+    budget = RoomPolicy(0.2, max_inflight_requests=3).budget(load(leased=3000, bulk_tokens=2000, bulk_requests=1))
+    assert budget == RoomBudget(tokens=5000, requests=2, inflight_requests=1)
+    assert budget.allows(5000) and not budget.allows(5001)
+    budget.spend(4000)
+    assert budget == RoomBudget(tokens=1000, requests=1, inflight_requests=2)
+    assert budget.allows(1000) and not budget.allows(1001)
+    budget.spend(1000)
+    assert not budget.open and not budget.allows(1)  # no tokens, no requests left
+
+
+def test_an_entry_larger_than_the_room_goes_alone() -> None:
+    """A pool whose room is never as large as a long entry must still run it some time: when
+    none of our bulk is in flight there, it goes, and nothing after it in the same pass."""
+    budget = RoomPolicy(0.2, max_inflight_requests=8).budget(load(leased=7000))
+    assert budget.tokens == 1000 and budget.allows(5000)
+    budget.spend(5000)
+    assert not budget.open and not budget.allows(1)
+    # With bulk in flight it waits for room like any other entry.
+    assert not RoomPolicy(0.2, 8).budget(load(leased=7000, bulk_tokens=500, bulk_requests=1)).allows(5000)
+    # A closed room lets nothing go, however small the pool's bulk.
+    assert not RoomPolicy(0.2, 8).budget(load(leased=7000, waiting=1)).allows(1)
 
 
 def test_no_room_while_people_wait_at_max_inflight_or_without_capacity() -> None:

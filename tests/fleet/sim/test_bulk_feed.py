@@ -30,3 +30,16 @@ def test_one_release_stays_within_the_room() -> None:
     # Nothing ended: the next tick's load carries the leases, and there is no room left.
     after = PoolLoad("p", 1_000_000, 900_000, released, 500, 0, 100)
     assert feed.release(after, 1.0, lambda b, n: n * 1_000) == []
+
+
+def test_an_entry_larger_than_the_room_goes_alone_when_none_is_in_flight() -> None:
+    """The live dispatcher's rule (`RoomBudget.allows`): a long entry that the room never holds
+    goes by itself once the pool has none of our bulk, and waits while it has some."""
+    feed = BulkFeed(RoomPolicy(0.1, 10**9), ReleaseOrder({"a": 1.0}), DeadlineRisk(), entry_requests=1)
+    batch = feed.add(BatchOutcome("b", "a", 3, deadline_s=86_400.0), 0.0, 50_000.0)
+    people_only = PoolLoad("p", 100_000, 80_000, 0, 0, 0, 10)  # room 10,000
+    releases = feed.release(people_only, 0.0, lambda b, n: n * 50_000)
+    assert [(r.requests, r.tokens) for r in releases] == [(1, 50_000)]
+    assert batch.released == 1
+    with_ours = PoolLoad("p", 100_000, 80_000, 50_000, 1, 0, 10)
+    assert feed.release(with_ours, 1.0, lambda b, n: n * 50_000) == []
