@@ -3,6 +3,7 @@
     nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="max|free|used|tokens_per|reused"}
     nv_trt_llm_request_metrics{request_type="active|max|scheduled|context|waiting"}
     switchyard_engine_requests{request_class="interactive|bulk"}     (Switchyard's own)
+    switchyard_engine_kv_blocks{request_class="interactive|bulk"}    (Switchyard's own)
     switchyard_engine_heartbeat                  Unix time of the host's latest pass (liveness)
 
 Triton serves them on its metrics port next to its own `nv_inference_*` metrics. The Triton
@@ -15,13 +16,26 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from engine.stats import CLASS_METRIC, HEARTBEAT_METRIC, KV_CACHE_BLOCK_METRIC, REQUEST_METRIC, EngineStats
+from engine.stats import (
+    CLASS_METRIC,
+    HEARTBEAT_METRIC,
+    KV_CACHE_BLOCK_METRIC,
+    KV_CLASS_METRIC,
+    REQUEST_METRIC,
+    EngineStats,
+)
 
-_LABELS = {KV_CACHE_BLOCK_METRIC: "kv_cache_block_type", REQUEST_METRIC: "request_type", CLASS_METRIC: "request_class"}
+_LABELS = {
+    KV_CACHE_BLOCK_METRIC: "kv_cache_block_type",
+    REQUEST_METRIC: "request_type",
+    CLASS_METRIC: "request_class",
+    KV_CLASS_METRIC: "request_class",
+}
 _DESCRIPTIONS = {
     KV_CACHE_BLOCK_METRIC: "KV cache blocks of the engine, by kind (TensorRT-LLM backend names)",
     REQUEST_METRIC: "Requests in the engine, by state (TensorRT-LLM backend names)",
     CLASS_METRIC: "Requests in the engine (admitted or waiting), by class",
+    KV_CLASS_METRIC: "KV cache blocks held by admitted requests, by class (bulk's may be preempted for people)",
 }
 
 
@@ -37,6 +51,7 @@ def gauge_samples(stats: EngineStats) -> list[GaugeSample]:
     samples = [GaugeSample(KV_CACHE_BLOCK_METRIC, k, v) for k, v in stats.kv_cache_block_metrics().items()]
     samples += [GaugeSample(REQUEST_METRIC, k, v) for k, v in stats.request_metrics().items()]
     samples += [GaugeSample(CLASS_METRIC, k, v) for k, v in stats.class_metrics().items()]
+    samples += [GaugeSample(KV_CLASS_METRIC, k, v) for k, v in stats.class_kv_metrics().items()]
     return samples
 
 

@@ -218,6 +218,8 @@ class LLMEngine:
             waiting_requests=self.scheduler.num_waiting,
             interactive_requests=self.scheduler.num_unfinished(RequestClass.INTERACTIVE),
             bulk_requests=self.scheduler.num_unfinished(RequestClass.BULK),
+            interactive_blocks=self.scheduler.held_blocks(RequestClass.INTERACTIVE),
+            bulk_blocks=self.scheduler.held_blocks(RequestClass.BULK),
         )
 
 

@@ -125,6 +125,11 @@ class Scheduler:
         """Running and waiting sequences of one class."""
         return len(self._running[request_class]) + len(self._waiting[request_class])
 
+    def held_blocks(self, request_class: RequestClass) -> int:
+        """KV blocks held by the admitted sequences of one class, as preemption counts them (a
+        block two of them share counts twice)."""
+        return sum(len(seq.block_table) for seq in self._running[request_class])
+
     def has_unfinished(self) -> bool:
         return bool(self._by_id) or bool(self._aborted)
 
@@ -352,8 +357,7 @@ class Scheduler:
             return None
         bulk = self._running[RequestClass.BULK]
         needed = cdiv(seq.num_tokens, bm.block_size) - len(match.block_ids)
-        reclaimable = sum(len(victim.block_table) for victim in bulk)
-        if needed > bm.num_free_blocks - match.num_free_hits + reclaimable:
+        if needed > bm.num_free_blocks - match.num_free_hits + self.held_blocks(RequestClass.BULK):
             return None
         while bulk:
             self._preempt(bulk.pop(), step)

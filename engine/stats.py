@@ -11,6 +11,12 @@ or waiting) per class, so the bulk dispatcher can tell whether people are being 
 
     switchyard_engine_requests{request_class = interactive | bulk}
 
+and the KV blocks admitted requests hold, per class. An engine that preempts bulk for people
+(the CPU reference engine) exports it, so the router may count bulk's blocks as room for an
+interactive request; TensorRT-LLM schedules the classes alike and exports none (no room).
+
+    switchyard_engine_kv_blocks{request_class = interactive | bulk}
+
 and the engine host's heartbeat (not part of the snapshot: it is the host's, not the engine's):
 the Unix time of the host's latest pass, which advances every ~0.2 s while the model's Python
 stub runs, busy or idle. Triton's /v2/health/ready stays green when a stub has crashed, so a
@@ -26,6 +32,7 @@ from dataclasses import dataclass
 KV_CACHE_BLOCK_METRIC = "nv_trt_llm_kv_cache_block_metrics"
 REQUEST_METRIC = "nv_trt_llm_request_metrics"
 CLASS_METRIC = "switchyard_engine_requests"
+KV_CLASS_METRIC = "switchyard_engine_kv_blocks"
 HEARTBEAT_METRIC = "switchyard_engine_heartbeat"
 
 
@@ -46,6 +53,8 @@ class EngineStats:
     waiting_requests: int  # queued for admission, preempted ones included
     interactive_requests: int = 0  # unfinished (admitted or waiting), by class
     bulk_requests: int = 0
+    interactive_blocks: int = 0  # KV blocks held by admitted requests, by class
+    bulk_blocks: int = 0
 
     def kv_cache_block_metrics(self) -> dict[str, int]:
         """Values of `nv_trt_llm_kv_cache_block_metrics` by `kv_cache_block_type` label."""
@@ -70,3 +79,7 @@ class EngineStats:
     def class_metrics(self) -> dict[str, int]:
         """Values of `switchyard_engine_requests` by `request_class` label."""
         return {"interactive": self.interactive_requests, "bulk": self.bulk_requests}
+
+    def class_kv_metrics(self) -> dict[str, int]:
+        """Values of `switchyard_engine_kv_blocks` by `request_class` label."""
+        return {"interactive": self.interactive_blocks, "bulk": self.bulk_blocks}

@@ -48,7 +48,9 @@ class FleetPicker:
         matches = self._index.matches(request.prefix_block_hashes)
         tokens = request.prompt_tokens + request.max_tokens
         home = request.prefix_block_hashes[0] if request.prefix_block_hashes else None
-        choice = self._policy.choose(servers, tokens, matches, [*exclude, *self._suspects()], home_key=home)
+        excluded = [*exclude, *self._suspects()]
+        interactive = request.request_class == "interactive"
+        choice = self._policy.choose(servers, tokens, matches, excluded, home_key=home, displace_bulk=interactive)
         return None if choice is None else choice.server_id
 
     def started(self, server_id: str, request: GenerationRequest) -> None:

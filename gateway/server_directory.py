@@ -177,5 +177,11 @@ class ServerDirectory:
         if health is None:
             return ServerLoad(info.server_id, state, 0, 0, 0, 0)
         return ServerLoad(
-            info.server_id, state, health.capacity_tokens, health.free_tokens, health.active, health.waiting
+            info.server_id,
+            state,
+            health.capacity_tokens,
+            health.free_tokens,
+            health.active,
+            health.waiting,
+            bulk_tokens=health.bulk_tokens,
         )

@@ -8,6 +8,8 @@ as many servers as its traffic needs and no further.
 
     eligible:   READY, not excluded ───────────────────────────────────────▶ none: None
     candidates: eligible with room for the request (free − in flight ≥ tokens)
+                none, and the request may displace bulk: least start cost of the eligible
+                  whose bulk would make the room (free − in flight + bulk ≥ tokens) ("displace")
                 none has room ─▶ least start cost of the eligible ("no-room")
     bound:      load ≤ load_factor × mean load of the eligible + 1
     holders (matched > 0) among candidates within the bound
@@ -34,6 +36,12 @@ Two measures of a server, for two jobs:
   affinity rule ranks by matched blocks first, the prefill term decides only where matches
   differ among the servers ranked by start cost: the no-room case.
 
+An interactive request on an engine that preempts bulk for people (the CPU reference engine
+exports the KV bulk holds; TensorRT-LLM does not) may take bulk's room: a document sent to a
+server whose KV is people's would wait for their replies to end, and hold up every request
+queued behind it, while on one full of bulk it starts at once. Free room still comes first:
+preempted bulk is read again later.
+
 Deterministic: equal inputs give equal choices, whatever the order of `servers`; the last
 tie-break is the server id.
 """
@@ -50,6 +58,7 @@ REASON_SPILL = "spill"  # servers held the prefix but all were over the bound
 REASON_LEAST_LOADED = "least-loaded"  # no candidate held the prefix (or none with room was within the bound)
 REASON_NO_ROOM = "no-room"  # no eligible server had room; the engine will queue it
 REASON_HOME = "home"  # no server within the bound held the prefix: its rendezvous-hash home
+REASON_DISPLACE = "displace"  # no server had free room: one where preempting bulk makes it
 
 
 class ServerState(str, enum.Enum):
@@ -74,6 +83,7 @@ class ServerLoad:
     waiting_requests: int  # queued in the engine (scraped)
     inflight_tokens: int = 0  # prompt+max_tokens this gateway has sent there since that scrape (its own accounting)
     inflight_requests: int = 0
+    bulk_tokens: int = 0  # KV held by bulk that an interactive request may preempt (as last scraped)
 
     @property
     def load(self) -> int:
@@ -124,6 +134,7 @@ class RoutingPolicy:
         matches: Mapping[str, int],
         exclude: Collection[str] = (),
         home_key: int | None = None,
+        displace_bulk: bool = False,
     ) -> RouteChoice | None:
         """The server for a request of `request_tokens` (prompt + max_tokens); None if none is eligible.
 
@@ -133,6 +144,8 @@ class RoutingPolicy:
         holds: the within-bound server ranked first for it by rendezvous hashing. Every gateway
         process ranks alike without sharing an index, so a new prefix lands on one server, not
         on whichever each process thinks least loaded; and prefixes spread over the pool.
+        `displace_bulk`: the request is interactive, so where no server has free room it may
+        go where bulk's KV would make it (see the module docstring).
         """
         if request_tokens < 0:
             raise ValueError(f"request_tokens must be non-negative, got {request_tokens}")
@@ -152,6 +165,10 @@ class RoutingPolicy:
             return RouteChoice(server.server_id, matched(server), reason)
 
         candidates = [s for s in eligible if s.room_tokens >= request_tokens]
+        if not candidates and displace_bulk:
+            displacing = [s for s in eligible if s.room_tokens + max(s.bulk_tokens, 0) >= request_tokens]
+            if displacing:
+                return choice(min(displacing, key=least_loaded), REASON_DISPLACE)
         if not candidates:
             return choice(min(eligible, key=least_loaded), REASON_NO_ROOM)
 

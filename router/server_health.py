@@ -39,6 +39,7 @@ class EngineHealth:
     free_tokens: int
     active: int  # requests admitted in the engines
     waiting: int  # requests queued for admission
+    bulk_tokens: int = 0  # KV held by bulk that people's requests may preempt (quota.capacity.KvCache)
 
     @property
     def in_flight(self) -> int:
@@ -72,7 +73,9 @@ def parse_engine_health(metrics_text: str) -> EngineHealth:
                 elif kind == "waiting":
                     waiting += int(sample.value)
     kv = parse_kv_cache(metrics_text)
-    return EngineHealth(min(heartbeats, default=None), kv.capacity_tokens, kv.free_tokens, active, waiting)
+    return EngineHealth(
+        min(heartbeats, default=None), kv.capacity_tokens, kv.free_tokens, active, waiting, kv.bulk_tokens
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -142,7 +142,9 @@ class ExactFleet:
         """Send an admitted request to the server the router picks (or hold it until one is ready)."""
         ready = self.in_state(ServerState.READY)
         loads = [s.load(s.sent_tokens, s.sent_requests) for s in ready]
-        choice = self.routing.choose(loads, request.lease_tokens, {}, exclude)
+        # People's own requests may take bulk's room; borrowed ones run as bulk (SimServer.add).
+        people = request.kind == INTERACTIVE and not request.borrowed
+        choice = self.routing.choose(loads, request.lease_tokens, {}, exclude, displace_bulk=people)
         if choice is None:
             self.homeless.append(request)
             return []

@@ -151,6 +151,7 @@ class SimServer:
             waiting_requests=scheduler.num_waiting,
             inflight_tokens=inflight_tokens,
             inflight_requests=inflight_requests,
+            bulk_tokens=scheduler.held_blocks(RequestClass.BULK) * scheduler.block_manager.block_size,
         )
 
     @property

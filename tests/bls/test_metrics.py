@@ -20,6 +20,8 @@ STATS = EngineStats(
     waiting_requests=4,
     interactive_requests=1,
     bulk_requests=5,
+    interactive_blocks=4,
+    bulk_blocks=6,
 )
 
 
@@ -56,7 +58,9 @@ def test_samples_cover_every_label() -> None:
     assert values[("nv_trt_llm_request_metrics", "waiting")] == 4
     assert values[("switchyard_engine_requests", "interactive")] == 1
     assert values[("switchyard_engine_requests", "bulk")] == 5
-    assert len(values) == 12
+    assert values[("switchyard_engine_kv_blocks", "interactive")] == 4
+    assert values[("switchyard_engine_kv_blocks", "bulk")] == 6
+    assert len(values) == 14
 
 
 def test_triton_publisher_sets_labelled_gauges() -> None:
@@ -69,6 +73,7 @@ def test_triton_publisher_sets_labelled_gauges() -> None:
         "nv_trt_llm_kv_cache_block_metrics",
         "nv_trt_llm_request_metrics",
         "switchyard_engine_requests",
+        "switchyard_engine_kv_blocks",
         "switchyard_engine_heartbeat",
     }
     assert all(f.kind == "gauge" for f in families.values())
@@ -78,6 +83,8 @@ def test_triton_publisher_sets_labelled_gauges() -> None:
     assert len(families["nv_trt_llm_request_metrics"].metrics) == 5  # created once, then updated
     by_class = {m.labels["request_class"]: m.value for m in families["switchyard_engine_requests"].metrics}
     assert by_class == {"interactive": 0, "bulk": 0}
+    blocks = {m.labels["request_class"]: m.value for m in families["switchyard_engine_kv_blocks"].metrics}
+    assert blocks == {"interactive": 0, "bulk": 0}
 
 
 def test_only_changed_values_are_set() -> None:

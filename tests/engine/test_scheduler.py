@@ -210,11 +210,14 @@ def test_waiting_interactive_preempts_bulk_and_is_admitted_at_once(
 ) -> None:
     scheduler = Scheduler(make_config())
     fill_memory(scheduler, make_sequence, [("b1", 28, BULK), ("b2", 36, BULK)])
+    # All 16 blocks are bulk's: what the engine exports as room a person may take.
+    assert (scheduler.held_blocks(BULK), scheduler.held_blocks(INTERACTIVE)) == (16, 0)
     scheduler.add(make_sequence("chat", range(500, 520), arrival=9))
     out = run_step(scheduler)
     assert out.preempted_ids == ["b2"]
     assert planned(out) == [("chat", 20), ("b1", 1)]
     assert scheduler.get("b2").status is RequestStatus.PREEMPTED  # type: ignore[union-attr]
+    assert (scheduler.held_blocks(BULK), scheduler.held_blocks(INTERACTIVE)) == (8, 5)
 
 
 def test_bulk_is_not_admitted_while_interactive_waits_for_memory(

@@ -74,6 +74,17 @@ def test_a_server_that_failed_is_skipped_until_scraped_again(config_path: Path) 
     assert choose.pick(request("r7"), ("b",)) == "a"
 
 
+def test_only_people_take_the_room_bulk_holds(config_path: Path) -> None:
+    """Neither server has free room for 1,100 tokens; b's engine holds 5,000 of bulk it would
+    preempt for a person. A bulk request (or a borrowed one, which runs as bulk) may not."""
+    people = ServerLoad("a", ServerState.READY, 100_000, 600, 40, 0)
+    bulky = ServerLoad("b", ServerState.READY, 100_000, 500, 60, 0, bulk_tokens=5_000)
+    choose = picker(config_path, Directory([people, bulky]), Clock())
+    assert choose.pick(request("r1"), ()) == "b"
+    as_bulk = GenerationRequest("r2", "small", "p", max_tokens=100, prompt_tokens=1000, request_class="bulk")
+    assert choose.pick(as_bulk, ()) == "a"  # the least start cost, where it queues
+
+
 async def test_readiness_per_pool(config_path: Path) -> None:
     clock = Clock()
     ready = await picker(config_path, Directory([idle("a")]), clock).readiness()

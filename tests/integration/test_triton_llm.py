@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import time
 import urllib.request
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -22,6 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.utils import np_to_triton_dtype
 
 from bls.tokenizer import PromptTokenizer
+from quota.capacity import parse_kv_cache
 
 if TYPE_CHECKING:  # conftest modules are not importable under --import-mode=importlib
     from conftest import TritonPool
@@ -292,3 +293,32 @@ def test_pre_and_postprocessing_models_serve_power_users_directly(
     out = post.as_numpy("text_output")
     assert out is not None and out[0].decode() == text
     client.close()
+
+
+def test_the_engine_reports_the_kv_bulk_holds(triton_pool: TritonPool) -> None:
+    """What the router may count as room for a person's request on this engine: the blocks a
+    running bulk reply holds, and none once it has gone."""
+
+    def bulk_tokens() -> int:
+        with urllib.request.urlopen(triton_pool.metrics_url, timeout=5) as response:
+            return parse_kv_cache(response.read().decode()).bulk_tokens
+
+    async def until(check: Callable[[int], bool], timeout_s: float) -> int:
+        deadline = time.monotonic() + timeout_s
+        while not check(held := await asyncio.to_thread(bulk_tokens)):
+            assert time.monotonic() < deadline, f"bulk KV still {held} tokens after {timeout_s} s"
+            await asyncio.sleep(0.05)
+        return held
+
+    async def scenario() -> None:
+        bulk = llm_inputs(PROMPT, 3000, ignore_eos=True, request_class="bulk")
+        running = asyncio.create_task(generate(triton_pool, bulk))
+        try:
+            await until(lambda tokens: tokens > 0, 10)
+        finally:
+            running.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await running
+        await until(lambda tokens: tokens == 0, 10)
+
+    asyncio.run(scenario())

@@ -118,3 +118,21 @@ switchyard_engine_requests{model="cpu_engine",request_class="bulk",version="1"} 
 """
     assert parse_kv_cache(OTHER + metrics_text(5000, 4000) + classes).interactive_requests == 3
     assert parse_kv_cache(metrics_text(5000, 4000)).interactive_requests == 0
+
+
+def test_kv_held_by_bulk_is_counted_in_tokens_per_engine() -> None:
+    def blocks(model: str, bulk: int) -> str:
+        return (
+            f'switchyard_engine_kv_blocks{{model="{model}",request_class="interactive",version="1"}} 9\n'
+            f'switchyard_engine_kv_blocks{{model="{model}",request_class="bulk",version="1"}} {bulk}\n'
+        )
+
+    header = "# TYPE switchyard_engine_kv_blocks gauge\n"
+    one = metrics_text(5000, 4000) + header + blocks("cpu_engine", 30)
+    assert parse_kv_cache(one).bulk_tokens == 30 * 16
+    # Two engines of different block sizes: each one's blocks at its own size.
+    two = metrics_text(100, 10) + metrics_text(50, 50, tokens_per=32, model="small")
+    two += header + blocks("cpu_engine", 30) + blocks("small", 5)
+    assert parse_kv_cache(two).bulk_tokens == 30 * 16 + 5 * 32
+    # TensorRT-LLM exports none: no bulk is room for people there.
+    assert parse_kv_cache(metrics_text(5000, 4000)).bulk_tokens == 0

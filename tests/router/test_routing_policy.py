@@ -93,6 +93,32 @@ def test_when_none_has_room_the_least_start_cost_wins() -> None:
     assert no_prefill_weight.choose(servers, 1_000, {"b": 30}) == RouteChoice("a", 0, "no-room")
 
 
+def test_a_document_goes_where_bulk_would_make_its_room_when_none_has_free_room() -> None:
+    """Both servers are nearly full: a holds people's replies, b mostly bulk. Queued on a, a
+    30,000-token document would wait for people's replies to end; on b the engine preempts
+    bulk for it at once. Bulk requests, and engines that export no bulk KV, get no such room."""
+    people = server("a", used=99_000, active=40)
+    bulky = dataclasses.replace(server("b", used=99_500, active=60), bulk_tokens=80_000)
+    servers = [people, bulky]
+    assert policy.choose(servers, 30_000, {}, displace_bulk=True) == RouteChoice("b", 0, "displace")
+    assert policy.choose(servers, 30_000, {}) == RouteChoice("a", 0, "no-room")  # bulk: least start cost
+    too_little = dataclasses.replace(bulky, bulk_tokens=20_000)  # 500 free + 20,000 < 30,000
+    assert policy.choose([people, too_little], 30_000, {}, displace_bulk=True) == RouteChoice("a", 0, "no-room")
+
+
+def test_free_room_comes_before_displacing_bulk() -> None:
+    # c has free room: preempted bulk would be read again, so it is not preempted for nothing.
+    free = server("c", used=60_000, active=80)
+    bulky = dataclasses.replace(server("b", used=99_500, active=10), bulk_tokens=90_000)
+    assert policy.choose([free, bulky], 30_000, {}, displace_bulk=True) == RouteChoice("c", 0, "least-loaded")
+    # Among servers that would displace, the least start cost wins, and what this gateway sent
+    # since the scrape counts against the room as always.
+    other = dataclasses.replace(server("d", used=99_500, active=10, waiting=5), bulk_tokens=90_000)
+    assert policy.choose([bulky, other], 30_000, {}, displace_bulk=True) == RouteChoice("b", 0, "displace")
+    busy = sent(bulky, 70_000)
+    assert policy.choose([busy, other], 30_000, {}, displace_bulk=True) == RouteChoice("d", 0, "displace")
+
+
 # -- prefix affinity and the bound ------------------------------------------------------------
 
 

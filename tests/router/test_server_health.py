@@ -20,12 +20,16 @@ nv_trt_llm_request_metrics{request_type="waiting",model="cpu_engine",version="1"
 # HELP switchyard_engine_heartbeat Unix time of the engine host's latest pass
 # TYPE switchyard_engine_heartbeat gauge
 switchyard_engine_heartbeat{model="cpu_engine",version="1"} 1732884000.123456
+# HELP switchyard_engine_kv_blocks KV cache blocks held by admitted requests, by class
+# TYPE switchyard_engine_kv_blocks gauge
+switchyard_engine_kv_blocks{model="cpu_engine",request_class="interactive",version="1"} 100
+switchyard_engine_kv_blocks{model="cpu_engine",request_class="bulk",version="1"} 28
 """
 
 
 def test_parse_reads_heartbeat_kv_and_requests() -> None:
     health = parse_engine_health(METRICS)
-    assert health == EngineHealth(1732884000.123456, 512 * 16, 384 * 16, 3, 2)
+    assert health == EngineHealth(1732884000.123456, 512 * 16, 384 * 16, 3, 2, bulk_tokens=28 * 16)
     assert health.in_flight == 5
     assert health.used_fraction == 0.25
 
