@@ -53,8 +53,10 @@ class EngineStats:
     waiting_requests: int  # queued for admission, preempted ones included
     interactive_requests: int = 0  # unfinished (admitted or waiting), by class
     bulk_requests: int = 0
-    interactive_blocks: int = 0  # KV blocks held by admitted requests, by class
-    bulk_blocks: int = 0
+    # KV blocks held by admitted requests, by class; None from an engine that does not preempt
+    # bulk for people (TensorRT-LLM's), which then exports no such gauge.
+    interactive_blocks: int | None = None
+    bulk_blocks: int | None = None
 
     def kv_cache_block_metrics(self) -> dict[str, int]:
         """Values of `nv_trt_llm_kv_cache_block_metrics` by `kv_cache_block_type` label."""
@@ -81,5 +83,7 @@ class EngineStats:
         return {"interactive": self.interactive_requests, "bulk": self.bulk_requests}
 
     def class_kv_metrics(self) -> dict[str, int]:
-        """Values of `switchyard_engine_kv_blocks` by `request_class` label."""
+        """Values of `switchyard_engine_kv_blocks` by `request_class` label (none where unknown)."""
+        if self.interactive_blocks is None or self.bulk_blocks is None:
+            return {}
         return {"interactive": self.interactive_blocks, "bulk": self.bulk_blocks}

@@ -43,12 +43,14 @@ from router.registry import ServerRegistry
 from switchyard.config import SwitchyardConfig, load_config
 
 
-def triton_backend_factory(config: SwitchyardConfig, settings: GatewaySettings) -> GenerationBackend:
+def triton_backend_factory(
+    config: SwitchyardConfig, settings: GatewaySettings, metrics: GatewayMetrics
+) -> GenerationBackend:
     """The production backend: Triton's `llm` model over gRPC on the fleet's servers, routed
     and failed over (gateway/fleet_backend.py)."""
     from gateway.fleet_setup import fleet_backend  # tritonclient is heavy; load it only here
 
-    return fleet_backend(config, host=settings.triton_host, retry_after_s=settings.retry_after_s)
+    return fleet_backend(config, metrics.routed, host=settings.triton_host, retry_after_s=settings.retry_after_s)
 
 
 @contextlib.asynccontextmanager
@@ -89,7 +91,7 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         loaded = config if config is not None else load_config(settings.config)
         catalog = ModelCatalog.load(loaded)
-        backend = make_backend(loaded, settings)
+        backend = make_backend(loaded, settings, app.state.metrics)
         registry = RequestRegistry(backend, app.state.metrics, cancel_grace_s=settings.cancel_grace_s)
         # Short timeouts and no retries: a Redis outage is a quick 503, not a hung request.
         redis_client = aioredis.Redis.from_url(

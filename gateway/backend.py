@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
+from gateway.metrics import GatewayMetrics
 from gateway.settings import GatewaySettings
 from switchyard.config import SwitchyardConfig
 
@@ -127,5 +128,6 @@ class GenerationBackend(Protocol):
         ...
 
 
-# Builds the backend in the app's lifespan (tests pass one that returns a fake).
-BackendFactory = Callable[[SwitchyardConfig, GatewaySettings], GenerationBackend]
+# Builds the backend in the app's lifespan, with the app's metrics for what it counts (tests
+# pass one that returns a fake).
+BackendFactory = Callable[[SwitchyardConfig, GatewaySettings, GatewayMetrics], GenerationBackend]

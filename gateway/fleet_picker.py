@@ -7,6 +7,8 @@ import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, replace
 
+from prometheus_client import Counter
+
 from gateway.backend import GenerationRequest, PoolReadiness
 from gateway.server_directory import ServerDirectory
 from router.prefix_index import PrefixIndex
@@ -31,12 +33,15 @@ class FleetPicker:
         policy: RoutingPolicy | None = None,
         index: PrefixIndex | None = None,
         clock: Callable[[], float] = time.time,
+        routed: Counter | None = None,
     ) -> None:
+        """`routed`, when given, counts each choice by pool and the router's reason."""
         self._config = config
         self._directory = directory
         self._policy = policy or RoutingPolicy()
         self._index = index or PrefixIndex()
         self._clock = clock
+        self._routed = routed
         self._sent: dict[str, _Sent] = {}  # request id -> where it went
         self._failed_at: dict[str, float] = {}  # server -> when a request last failed there
 
@@ -51,7 +56,11 @@ class FleetPicker:
         excluded = [*exclude, *self._suspects()]
         interactive = request.request_class == "interactive"
         choice = self._policy.choose(servers, tokens, matches, excluded, home_key=home, displace_bulk=interactive)
-        return None if choice is None else choice.server_id
+        if choice is None:
+            return None
+        if self._routed is not None:
+            self._routed.labels(pools[0], choice.reason).inc()
+        return choice.server_id
 
     def started(self, server_id: str, request: GenerationRequest) -> None:
         self._sent[request.request_id] = _Sent(server_id, self._clock(), request.prompt_tokens + request.max_tokens)

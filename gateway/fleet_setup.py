@@ -8,6 +8,7 @@ import asyncio
 
 import httpx
 import redis.asyncio as aioredis
+from prometheus_client import Counter
 from tritonclient.grpc.aio import InferenceServerClient
 
 from gateway.fleet_backend import FleetBackend
@@ -18,8 +19,11 @@ from router.registry import ServerInfo, ServerRegistry
 from switchyard.config import SwitchyardConfig
 
 
-def fleet_backend(config: SwitchyardConfig, host: str = "127.0.0.1", retry_after_s: int = 5) -> FleetBackend:
-    """Call inside the running event loop (the app's lifespan): the directory starts refreshing."""
+def fleet_backend(
+    config: SwitchyardConfig, routed: Counter, host: str = "127.0.0.1", retry_after_s: int = 5
+) -> FleetBackend:
+    """Call inside the running event loop (the app's lifespan): the directory starts refreshing.
+    `routed` counts the router's choices by pool and reason (`GatewayMetrics.routed`)."""
     streams = TritonBackend({}, {}, retry_after_s=retry_after_s)
     client = aioredis.Redis.from_url(config.redis.url, socket_timeout=2.0, socket_connect_timeout=2.0)
     http = httpx.AsyncClient()
@@ -38,7 +42,7 @@ def fleet_backend(config: SwitchyardConfig, host: str = "127.0.0.1", retry_after
             task.add_done_callback(closing.discard)
 
     directory = ServerDirectory(config, ServerRegistry(client), http, added, removed, host=host)
-    picker = FleetPicker(config, directory)
+    picker = FleetPicker(config, directory, routed=routed)
 
     async def close() -> None:
         await directory.close()

@@ -83,6 +83,12 @@ class GatewayMetrics:
             ["pool", "team"],
             registry=self.registry,
         )
+        self.routed = Counter(
+            "switchyard_gateway_routed",
+            "Requests sent to a server of the pool, by why the router chose it (router/routing_policy.py).",
+            ["pool", "reason"],
+            registry=self.registry,
+        )
         self.errors = Counter(
             "switchyard_gateway_errors",
             "Error responses, by status and error type.",

@@ -67,7 +67,7 @@ def test_triton_publisher_sets_labelled_gauges() -> None:
     CREATED.clear()
     metrics = TritonEngineMetrics(FakeMetricFamily, {"model": "cpu_engine", "version": "1"})
     metrics.publish(STATS)
-    metrics.publish(EngineStats(100, 100, 0, 16, 3, 0, 8, 0, 0, 0))
+    metrics.publish(EngineStats(100, 100, 0, 16, 3, 0, 8, 0, 0, 0, interactive_blocks=0, bulk_blocks=0))
     families = {f.name: f for f in CREATED}
     assert set(families) == {
         "nv_trt_llm_kv_cache_block_metrics",
@@ -85,6 +85,17 @@ def test_triton_publisher_sets_labelled_gauges() -> None:
     assert by_class == {"interactive": 0, "bulk": 0}
     blocks = {m.labels["request_class"]: m.value for m in families["switchyard_engine_kv_blocks"].metrics}
     assert blocks == {"interactive": 0, "bulk": 0}
+
+
+def test_an_engine_that_cannot_tell_kv_by_class_exports_no_such_gauge() -> None:
+    """TensorRT-LLM's stats have no KV by class: no gauge, so the router counts none of its
+    bulk as room for people (a 0 would say bulk holds nothing there)."""
+    CREATED.clear()
+    stats = EngineStats(100, 80, 20, 16, 3, 2, 8, 2, 1, 4, interactive_requests=1, bulk_requests=1)
+    assert stats.class_kv_metrics() == {}
+    TritonEngineMetrics(FakeMetricFamily, {}).publish(stats)
+    (blocks,) = [f for f in CREATED if f.name == "switchyard_engine_kv_blocks"]
+    assert blocks.metrics == []
 
 
 def test_only_changed_values_are_set() -> None:

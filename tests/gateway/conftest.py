@@ -24,6 +24,7 @@ from gateway.backend import (
     PoolReadiness,
     Usage,
 )
+from gateway.metrics import GatewayMetrics
 from gateway.requests_registry import RequestRegistry
 from gateway.settings import GatewaySettings
 from quota.capacity import StaticCapacity
@@ -186,7 +187,7 @@ def settings(config_path: Path) -> GatewaySettings:
 def build_app(settings: GatewaySettings, backend: FakeBackend, capacity: StaticCapacity) -> FastAPI:
     """The gateway app over `backend`, admitting against `capacity`; run its lifespan to serve."""
 
-    def factory(config: SwitchyardConfig, settings: GatewaySettings) -> GenerationBackend:
+    def factory(config: SwitchyardConfig, settings: GatewaySettings, metrics: GatewayMetrics) -> GenerationBackend:
         return backend
 
     return create_app(settings, backend_factory=factory, capacity=capacity)

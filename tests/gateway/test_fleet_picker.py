@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from prometheus_client import CollectorRegistry, Counter
+
 from gateway.backend import GenerationRequest
 from gateway.fleet_picker import FleetPicker
 from router.routing_policy import ServerLoad, ServerState
@@ -83,6 +85,22 @@ def test_only_people_take_the_room_bulk_holds(config_path: Path) -> None:
     assert choose.pick(request("r1"), ()) == "b"
     as_bulk = GenerationRequest("r2", "small", "p", max_tokens=100, prompt_tokens=1000, request_class="bulk")
     assert choose.pick(as_bulk, ()) == "a"  # the least start cost, where it queues
+
+
+def test_each_choice_is_counted_by_pool_and_reason(config_path: Path) -> None:
+    registry = CollectorRegistry()
+    routed = Counter("routed", "choices", ["pool", "reason"], registry=registry)
+    people = ServerLoad("a", ServerState.READY, 100_000, 600, 40, 0)
+    bulky = ServerLoad("b", ServerState.READY, 100_000, 500, 60, 0, bulk_tokens=5_000)
+    choose = FleetPicker(load_config(config_path), Directory([people, bulky]), clock=Clock(), routed=routed)
+    assert choose.pick(request("r1"), ()) == "b"
+    assert choose.pick(request("r2"), ()) == "b"
+    assert choose.pick(request("r3"), ("a", "b")) is None  # nothing chosen, nothing counted
+
+    def count(reason: str) -> float | None:
+        return registry.get_sample_value("routed_total", {"pool": "small", "reason": reason})
+
+    assert (count("displace"), count("no-room")) == (2.0, None)
 
 
 async def test_readiness_per_pool(config_path: Path) -> None:

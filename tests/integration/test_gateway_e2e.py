@@ -12,6 +12,7 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from bench.live import read_kv_metrics
 from switchyard.process import wait_until
@@ -147,6 +148,29 @@ def test_models_health_and_readiness(gateway_url: str, auth: dict[str, str], tri
     assert httpx.get(f"{gateway_url}/readyz", timeout=10).json()["status"] == "ready"
     metrics = httpx.get(f"{gateway_url}/metrics", timeout=10).text
     assert "switchyard" in metrics
+
+
+def test_the_router_counts_its_choices(gateway_url: str, auth: dict[str, str], triton_pool) -> None:  # type: ignore[no-untyped-def]
+    """`switchyard_gateway_routed_total{pool, reason}`. Each of the gateway's two workers counts
+    its own and a scrape reaches one of them, so requests go until a scrape shows one counted."""
+
+    def routed() -> dict[str, float]:
+        text = httpx.get(f"{gateway_url}/metrics", timeout=10).text
+        return {
+            sample.labels["reason"]: sample.value
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+            if sample.name == "switchyard_gateway_routed_total" and sample.labels["pool"] == triton_pool.pool_id
+        }
+
+    body = {"model": triton_pool.model_id, "prompt": "count me", "max_tokens": 3}
+    counted: dict[str, float] = {}
+    for _ in range(20):
+        assert httpx.post(f"{gateway_url}/v1/generate", json=body, timeout=60, headers=auth).status_code == 200
+        if counted := routed():
+            break
+    assert sum(counted.values()) >= 1
+    assert set(counted) <= {"prefix", "spill", "least-loaded", "no-room", "home", "displace"}
 
 
 def test_short_reply_is_not_stuck_behind_long_ones(gateway_url: str, auth: dict[str, str], triton_pool) -> None:  # type: ignore[no-untyped-def]

@@ -43,3 +43,14 @@ def test_an_entry_larger_than_the_room_goes_alone_when_none_is_in_flight() -> No
     assert batch.released == 1
     with_ours = PoolLoad("p", 100_000, 80_000, 50_000, 1, 0, 10)
     assert feed.release(with_ours, 1.0, lambda b, n: n * 50_000) == []
+
+
+def test_a_chunk_larger_than_the_room_lets_one_request_go_not_the_chunk() -> None:
+    """In the fast mode an entry is a chunk of requests: the live rule lets one entry, one
+    request, go alone, so a whole chunk must not flood a pool that has room for less."""
+    feed = BulkFeed(RoomPolicy(0.1, 10**9), ReleaseOrder({"a": 1.0}), DeadlineRisk(), entry_requests=100)
+    batch = feed.add(BatchOutcome("b", "a", 1_000, deadline_s=86_400.0), 0.0, 2_000.0)
+    people_only = PoolLoad("p", 1_000_000, 899_000, 0, 0, 0, 10)  # room 1,000
+    releases = feed.release(people_only, 0.0, lambda b, n: n * 2_000)
+    assert [(r.requests, r.tokens) for r in releases] == [(1, 2_000)]
+    assert batch.released == 1 and feed.inflight_requests == 1
