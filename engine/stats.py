@@ -13,7 +13,7 @@ or waiting) per class, so the bulk dispatcher can tell whether people are being 
 
 and the KV blocks admitted requests hold, per class. An engine that preempts bulk for people
 (the CPU reference engine) exports it, so the router may count bulk's blocks as room for an
-interactive request; TensorRT-LLM schedules the classes alike and exports none (no room).
+interactive request; TensorRT-LLM never preempts bulk for people and exports none (no room).
 
     switchyard_engine_kv_blocks{request_class = interactive | bulk}
 
