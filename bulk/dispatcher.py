@@ -301,9 +301,8 @@ class Dispatcher:
                 work.record = replace(work.record, started_at=self._clock())
                 await self.batches.mark_started(work.batch_id, self._clock())
             ready = work.ready.popleft()
-            self._launch(work, ready)
+            room.spend(self._launch(work, ready))
             self.metrics.released.labels(pool_id, work.record.team_id).inc()
-            room.spend(self._lease(ready.entry.cost_tokens))
             await self._fill(work)
 
     async def _fill(self, work: BatchWork) -> None:
@@ -322,11 +321,13 @@ class Dispatcher:
         if not work.load_chunk(queued, raw, marked):
             await self.queue.ack(work.batch_id, queued.message_id)
 
-    def _launch(self, work: BatchWork, ready: ReadyEntry) -> None:
+    def _launch(self, work: BatchWork, ready: ReadyEntry) -> int:
+        """Run the entry; the tokens it leases, as counted in flight."""
         line = ready.entry.line
         self.metrics.inflight.labels(self._pool_of(work.record)).inc()
         work.inflight[line] = asyncio.create_task(self._run_entry(work, ready), name=f"bulk-{work.batch_id}-{line}")
-        work.inflight_costs[line] = self._lease(ready.entry.cost_tokens)
+        lease = work.inflight_costs[line] = self._lease(ready.entry.cost_tokens)
+        return lease
 
     async def _run_entry(self, work: BatchWork, ready: ReadyEntry) -> None:
         entry = ready.entry

@@ -142,9 +142,8 @@ class ExactFleet:
         """Send an admitted request to the server the router picks (or hold it until one is ready)."""
         ready = self.in_state(ServerState.READY)
         loads = [s.load(s.sent_tokens, s.sent_requests) for s in ready]
-        # People's own requests may take bulk's room; borrowed ones run as bulk (SimServer.add).
-        people = request.kind == INTERACTIVE and not request.borrowed
-        choice = self.routing.choose(loads, request.lease_tokens, {}, exclude, displace_bulk=people)
+        # What the engine runs as people's work may take bulk's room.
+        choice = self.routing.choose(loads, request.lease_tokens, {}, exclude, displace_bulk=not request.runs_as_bulk)
         if choice is None:
             self.homeless.append(request)
             return []

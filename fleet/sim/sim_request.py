@@ -35,6 +35,12 @@ class SimRequest:
     bulk_lease_fraction: float = 1.0  # of prompt + max_tokens a bulk request leases
 
     @property
+    def runs_as_bulk(self) -> bool:
+        """Whether the engine runs it in its bulk class (preempted first, never preempting
+        people): bulk, and people's requests admitted on borrowed room."""
+        return self.kind == BULK or self.borrowed
+
+    @property
     def lease_tokens(self) -> int:
         """What admission and the dispatcher count: the KV the request may come to hold, of
         which bulk leases `bulk_lease_fraction` (quota/lease_size.py)."""

@@ -18,7 +18,7 @@ from engine.request import EngineRequest, FinishReason, RequestClass, SamplingPa
 from engine.scheduler import Scheduler, SchedulerOutput
 from engine.sequence import RequestStatus, Sequence
 from fleet.sim.cost_model import StepCostModel
-from fleet.sim.sim_request import BULK, SimRequest
+from fleet.sim.sim_request import SimRequest
 from router.routing_policy import ServerLoad, ServerState
 
 # Called for every token a reply gets: (request, now, gap since its previous token or None).
@@ -66,7 +66,7 @@ class SimServer:
 
     def add(self, request: SimRequest) -> None:
         """Queue a request in the engine; a retry resumes from the tokens already delivered."""
-        run_class = RequestClass.BULK if request.kind == BULK or request.borrowed else RequestClass.INTERACTIVE
+        run_class = RequestClass.BULK if request.runs_as_bulk else RequestClass.INTERACTIVE
         engine_request = EngineRequest(
             request_id=request.request_id,
             prompt_token_ids=(0,) * request.prompt_tokens,
