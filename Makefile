@@ -6,7 +6,7 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed-stamp
 PORT    ?= 8000
-PACKAGES := engine bls gateway quota bulk build_engines switchyard bench router trtllm fleet
+PACKAGES := config contracts engine bls gateway quota bulk build_engines switchyard bench router trtllm fleet
 SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: up test unit integration lint bench build redis clean
@@ -32,6 +32,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy $(PACKAGES)
+	$(BIN)/lint-imports
 
 unit: $(STAMP)
 	$(BIN)/pytest -q -m "not integration"

@@ -24,8 +24,8 @@ from bench import (
     bench_schedule,
     bench_serving_overhead,
 )
-from bench.live import bench_config, start_stack, with_copies
-from switchyard.config import EngineSpec, SwitchyardConfig, load_config
+from bench.live import bench_config, engine_config_of, start_stack, with_copies
+from config.settings import EngineSpec, SwitchyardConfig, load_config
 
 OFFLINE = {"schedule": bench_schedule.main, "prefill": bench_prefill.main}
 LIVE = ("s1", "s2", "s3", "overhead", "s9", "s5", "s4", "s78")
@@ -48,7 +48,7 @@ def run_live(names: list[str], base: SwitchyardConfig | None = None) -> dict[str
         try:
             if "s1" in names:
                 results["s1"] = bench_s1_short_behind_long.run(
-                    url, "bench-small", config, engine.to_engine_config(), headers
+                    url, "bench-small", config, engine_config_of(engine), headers
                 )
             if "s3" in names:
                 results["s3"] = bench_s3_prefill_stutter.run(
@@ -57,7 +57,7 @@ def run_live(names: list[str], base: SwitchyardConfig | None = None) -> dict[str
             if "overhead" in names:
                 model_dir = config.model_dir("bench-small")
                 results["overhead"] = bench_serving_overhead.run(
-                    url, "bench-small", model_dir, engine.to_engine_config(), config, headers
+                    url, "bench-small", model_dir, engine_config_of(engine), config, headers
                 )
         finally:
             stack.stop()

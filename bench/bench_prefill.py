@@ -15,11 +15,11 @@ from typing import Any
 import numpy as np
 
 from build_engines.checkpoint import llama_config_dict, random_llama_tensors
+from config.settings import ModelSpec, load_config
 from engine.config import ModelConfig
 from engine.forward_batch import SequenceChunk
 from engine.model import NumpyLlama
 from engine.weights import llama_weights_from_tensors
-from switchyard.config import ModelSpec, load_config
 
 
 def build_random_model(spec: ModelSpec, num_tokens: int, block_size: int) -> NumpyLlama:

@@ -22,11 +22,11 @@ import httpx
 
 from bench.common import write_result
 from bench.live import load_tokenizer, prompt_of, start_streams, stop_streams, stream_generate
+from config.settings import SwitchyardConfig
 from engine.config import EngineConfig
 from engine.engine_loop import EngineLoop
 from engine.llm_engine import LLMEngine
 from engine.request import EngineRequest, SamplingParams
-from switchyard.config import SwitchyardConfig
 
 NAME = "s1_short_behind_long"
 LONG_REPLIES = 8

@@ -26,7 +26,7 @@ from bench.live import (
     stop_streams,
     stream_generate,
 )
-from switchyard.config import SwitchyardConfig
+from config.settings import SwitchyardConfig
 
 NAME = "s2_document_full_server"
 # Two teams of equal weight: `batch` fills the server with bulk (beyond its half it borrows),

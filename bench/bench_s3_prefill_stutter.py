@@ -15,7 +15,7 @@ import httpx
 
 from bench.common import write_result
 from bench.live import load_tokenizer, percentile, prompt_of, start_streams, stop_streams, stream_generate
-from switchyard.config import SwitchyardConfig
+from config.settings import SwitchyardConfig
 
 NAME = "s3_prefill_stutter"
 STREAMS = 16

@@ -33,8 +33,8 @@ import redis
 
 from bench.common import write_result
 from bench.live import StreamTrace, load_tokenizer, percentile, prompt_of, stream_generate
-from switchyard.config import SwitchyardConfig
-from switchyard.stack import Stack
+from config.settings import SwitchyardConfig
+from fleet.stack import Stack
 
 NAME = "s5_bulk_backlog"
 REQUESTS_ENV = "SWITCHYARD_BENCH_S5_REQUESTS"

@@ -40,9 +40,9 @@ import redis.asyncio
 
 from bench.common import write_result
 from bench.live import StreamTrace, load_tokenizer, prompt_of, read_inference_count, start_streams, stream_generate
+from fleet.stack import Stack
 from router.registry import ServerRegistry
 from router.routing_policy import ServerState
-from switchyard.stack import Stack
 
 NAME = "s7_s8_failover_drain"
 STREAMS = 16

@@ -15,7 +15,7 @@ import httpx
 
 from bench.common import write_result
 from bench.live import StreamTrace, load_tokenizer, percentile, prompt_of, stream_generate
-from switchyard.config import SwitchyardConfig
+from config.settings import SwitchyardConfig
 
 NAME = "s9_team_flood"
 B_CLIENTS = 4

@@ -17,11 +17,11 @@ import httpx
 
 from bench.common import write_result
 from bench.live import StreamTrace, load_tokenizer, prompt_of, stream_generate
+from config.settings import SwitchyardConfig
 from engine.config import EngineConfig
 from engine.engine_loop import EngineLoop
 from engine.llm_engine import LLMEngine
 from engine.request import EngineRequest, SamplingParams
-from switchyard.config import SwitchyardConfig
 
 NAME = "serving_overhead"
 STREAMS = 16

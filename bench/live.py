@@ -17,10 +17,11 @@ import httpx
 import redis
 from tokenizers import Tokenizer
 
+from config.settings import COPY_PORT_STRIDE, EngineSpec, PoolSpec, Ports, SwitchyardConfig, TeamSpec
+from engine.config import EngineConfig
+from fleet.launch.ports import free_ports, port_free
+from fleet.stack import Stack
 from quota.keys import SyncKeyStore
-from switchyard.config import COPY_PORT_STRIDE, EngineSpec, PoolSpec, Ports, SwitchyardConfig, TeamSpec
-from switchyard.ports import free_ports, port_free
-from switchyard.stack import Stack
 
 
 def bench_config(
@@ -281,3 +282,8 @@ def prompt_of(tokenizer: Tokenizer, n_tokens: int, seed: int) -> str:
 
 def load_tokenizer(config: SwitchyardConfig, model_id: str) -> Tokenizer:
     return Tokenizer.from_file(str(Path(config.model_dir(model_id)) / "tokenizer.json"))
+
+
+def engine_config_of(spec: EngineSpec) -> EngineConfig:
+    """The engine configuration a pool's servers run with (what its config.pbtxt carries)."""
+    return EngineConfig(**spec.model_dump())

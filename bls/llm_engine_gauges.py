@@ -1,7 +1,7 @@
 """Switchyard's engine gauges, published by `llm` for an engine that cannot publish them.
 
 TensorRT-LLM's C++ backend exports the `nv_trt_llm_*` gauges the router scores servers by, but
-not Switchyard's own two (engine/stats.py):
+not Switchyard's own two (contracts/engine_metrics.py):
 
     switchyard_engine_requests{request_class}   unfinished engine requests, by class
     switchyard_engine_heartbeat                 Unix time, advancing while the publisher lives
@@ -27,8 +27,8 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from bls.metrics import GaugeSample, TritonEngineMetrics
+from contracts.engine_metrics import CLASS_METRIC
 from engine.request import EngineRequest, RequestClass
-from engine.stats import CLASS_METRIC
 
 logger = logging.getLogger(__name__)
 

@@ -16,14 +16,14 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from engine.stats import (
+from contracts.engine_metrics import (
     CLASS_METRIC,
     HEARTBEAT_METRIC,
     KV_CACHE_BLOCK_METRIC,
     KV_CLASS_METRIC,
     REQUEST_METRIC,
-    EngineStats,
 )
+from engine.stats import EngineStats
 
 _LABELS = {
     KV_CACHE_BLOCK_METRIC: "kv_cache_block_type",

@@ -29,9 +29,9 @@ from tokenizers import Tokenizer
 from build_engines.checkpoint import llama_config_dict, write_random_checkpoint
 from build_engines.corpus import generate_corpus
 from build_engines.tokenizer import save_tokenizer, train_tokenizer
+from config.settings import ModelSpec
 from engine.config import ModelConfig
 from engine.weights import load_llama_weights
-from switchyard.config import ModelSpec
 
 # Bump when the builder writes different bytes for the same spec, so existing builds redo.
 BUILDER_VERSION = 1

@@ -19,7 +19,7 @@ import shlex
 from pathlib import Path
 
 from build_engines.sizing import Plan
-from switchyard.config import SwitchyardConfig
+from config.settings import SwitchyardConfig
 
 # The C++ backend's scheduler: admit a request only when its whole reply fits in the KV cache.
 BATCH_SCHEDULER_POLICY = "guaranteed_no_evict"

@@ -28,7 +28,7 @@ from typing import Any
 
 from build_engines.sizing import Plan, configured_plan_inputs, plan_model
 from build_engines.trtllm_pin import llm_api_problems
-from switchyard.config import SwitchyardConfig
+from config.settings import SwitchyardConfig
 
 # TensorRT-LLM's own default; its attention kernels want a power of two.
 GPU_TOKENS_PER_BLOCK = 32

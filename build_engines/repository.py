@@ -35,7 +35,7 @@ import yaml
 
 from build_engines.legacy_engine import legacy_values
 from build_engines.llm_api_args import GPU_TOKENS_PER_BLOCK, llm_api_args, pool_plan
-from switchyard.config import ServingSpec, SwitchyardConfig
+from config.settings import ServingSpec, SwitchyardConfig
 
 TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "model_repository"
 STAGE_MODELS = ("llm", "preprocessing", "postprocessing")

@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from switchyard.config import Architecture, SwitchyardConfig
+from config.settings import Architecture, SwitchyardConfig
 
 GB = 10**9  # decimal, as the brief counts (80 GB GPU, 0.5 MB a token)
 MB = 10**6

@@ -6,8 +6,8 @@ import os
 from pathlib import Path
 
 from bulk.service import serve_dispatcher
-from gateway.logging_setup import logging_config
-from switchyard.config import load_config
+from config.logging_setup import logging_config
+from config.settings import load_config
 
 logging.config.dictConfig(logging_config("INFO"))
 config_path = os.environ.get("SWITCHYARD_CONFIG")

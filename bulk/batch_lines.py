@@ -38,12 +38,12 @@ from typing import Any, Literal, TypeVar
 from jinja2 import TemplateError
 from pydantic import BaseModel, ValidationError
 
-from gateway.catalog import ServedModel
-from gateway.chat_template import ChatMessage, TemplateRaised
-from gateway.errors import ApiError, describe_validation_errors
-from gateway.generation import check_context
-from gateway.openai_schemas import ChatCompletionRequest, CompletionRequest
-from gateway.schemas import FIELD_HINTS, GenerateBody
+from contracts.catalog import ServedModel
+from contracts.chat_template import ChatMessage, TemplateRaised
+from contracts.errors import ApiError, describe_validation_errors
+from contracts.openai_schemas import ChatCompletionRequest, CompletionRequest
+from contracts.prompt_context import check_context
+from contracts.schemas import FIELD_HINTS, GenerateBody
 
 GENERATE_ENDPOINT = "/v1/generate"
 COMPLETIONS_ENDPOINT = "/v1/completions"

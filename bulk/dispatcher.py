@@ -44,10 +44,10 @@ from bulk.metrics import DispatcherMetrics
 from bulk.pool_loads import PoolLoadSource
 from bulk.release_policy import Candidate, DeadlineRisk, ReleaseOrder, RoomPolicy
 from bulk.results import EntryResult, Outcome, ResultStore, output_record
-from gateway.catalog import ModelCatalog
-from gateway.chat_template import ChatTemplates
+from config.settings import SwitchyardConfig
+from contracts.catalog import ModelCatalog
+from contracts.chat_template import ChatTemplates
 from quota.lease_size import bulk_lease_tokens
-from switchyard.config import SwitchyardConfig
 
 logger = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 
 from bulk.batch_lines import BatchEntry
-from gateway.auth import TEAM_HEADER
+from contracts.schemas import TEAM_HEADER
 
 _DEFAULT_RETRY_AFTER_S = 1.0
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from bulk.batch_lines import BatchEntry, LineError, LineValidator
 from bulk.blob_store import BlobWriter
-from switchyard.config import BulkSpec
+from config.settings import BulkSpec
 
 BLOCK_BYTES = 1 << 20  # whole lines validated per thread hop
 _BLANK = b" \t\r\n\f\v"

@@ -26,9 +26,9 @@ from bulk.chunk_queue import ChunkQueue
 from bulk.file_store import FileRecord, FileStore, new_file_id, uploaded_file_key
 from bulk.ingest import IngestLimits, IngestRefused, ingest
 from bulk.results import Outcome, ResultStore, input_key, invalid_key, output_record
-from gateway.catalog import ModelCatalog
-from gateway.chat_template import ChatMessage, ChatTemplates
-from switchyard.config import SwitchyardConfig
+from config.settings import SwitchyardConfig
+from contracts.catalog import ModelCatalog
+from contracts.chat_template import ChatMessage, ChatTemplates
 
 
 def make_validator(

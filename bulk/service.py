@@ -26,11 +26,11 @@ from bulk.dispatcher import Dispatcher
 from bulk.gateway_client import GatewaySubmitter
 from bulk.metrics import DispatcherMetrics
 from bulk.pool_loads import LivePoolLoads
-from gateway.catalog import ModelCatalog
+from config.settings import SwitchyardConfig
+from contracts.catalog import ModelCatalog
 from quota.admission import Admission
 from quota.capacity import CapacityMonitor, config_metrics_urls
 from quota.key_files import ADMIN_KEY_ENV, admin_key_path, read_key_file
-from switchyard.config import SwitchyardConfig
 
 logger = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 actuator only carries the number out.
 
     SupervisorActuator   the local supervisor (`switchyard up`): starts copies after the start
-                         delay, drains the surplus (switchyard/supervisor.py)
+                         delay, drains the surplus (fleet/supervisor.py)
     KubernetesActuator   the pool's Deployment's scale subresource (fleet/kubernetes_actuator.py);
                          a pod that goes drains in its preStop hook
 

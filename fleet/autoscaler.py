@@ -29,12 +29,12 @@ from __future__ import annotations
 import math
 
 from bulk.deadlines import format_duration
+from config.settings import AutoscalerSpec
 from fleet.bulk_need import BulkNeed, LoadCurve, bulk_need, interactive_load, soak_servers
 from fleet.load_floor import load_floor
 from fleet.load_profile import LoadProfile
 from fleet.pacing import TargetPacer
 from fleet.signals import PoolSignals, ScalingDecision, ServerCapacity
-from switchyard.config import AutoscalerSpec
 
 CURVE_STEP_S = 900.0  # the bulk look-ahead samples the forecast every 15 minutes
 

@@ -18,10 +18,10 @@ import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from config.settings import SwitchyardConfig
 from fleet.actuators import Actuator
 from fleet.live_service import LiveOptions, serve_autoscaler
 from fleet.signals import ServerCapacity
-from switchyard.config import SwitchyardConfig
 
 logger = logging.getLogger(__name__)
 

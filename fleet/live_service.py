@@ -31,6 +31,7 @@ import redis.asyncio
 from prometheus_client import start_http_server
 
 from bulk.batch_store import BatchStore
+from config.settings import AutoscalerSpec, PoolSpec, SwitchyardConfig
 from fleet.actuators import Actuator
 from fleet.autoscaler import Autoscaler
 from fleet.bulk_backlog import BulkBacklog
@@ -43,7 +44,6 @@ from fleet.signals import ServerCapacity
 from fleet.usage_rates import EndedRequests
 from quota.usage import UsageMeter
 from router.registry import ServerRegistry
-from switchyard.config import AutoscalerSpec, PoolSpec, SwitchyardConfig
 
 logger = logging.getLogger(__name__)
 

@@ -26,15 +26,14 @@ from dataclasses import dataclass
 
 import httpx
 
+from config.settings import SwitchyardConfig
+from contracts.engine_metrics import EngineHealth, parse_engine_health, parse_kv_cache
 from fleet.bulk_backlog import BulkBacklog
 from fleet.signals import BulkDemand, PoolSignals
 from fleet.ttft_window import TtftWindow
 from fleet.usage_rates import EndedRequests
-from quota.capacity import parse_kv_cache
 from router.registry import ServerInfo, ServerRegistry
 from router.routing_policy import ServerState
-from router.server_health import EngineHealth, parse_engine_health
-from switchyard.config import SwitchyardConfig
 
 _SCRAPE_TIMEOUT_S = 2.0
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 import httpx
@@ -19,14 +19,14 @@ from fastapi import FastAPI
 
 from bulk.blob_store import LocalBlobStore
 from bulk.intake import BatchIntake
+from config.settings import SwitchyardConfig, load_config
+from contracts.catalog import ModelCatalog
+from contracts.chat_template import ChatTemplates
+from contracts.generation import GenerationBackend
 from gateway.auth import install_auth
-from gateway.backend import BackendFactory, GenerationBackend
 from gateway.cancel_bus import CancelBus
-from gateway.catalog import ModelCatalog
-from gateway.chat_template import ChatTemplates
 from gateway.deps import Services
-from gateway.errors import install_error_handlers
-from gateway.fleet_backend import FleetBackend
+from gateway.error_handlers import install_error_handlers
 from gateway.generation import GenerationService
 from gateway.idempotency import IdempotencyStore
 from gateway.metering import install_metering
@@ -39,16 +39,16 @@ from quota.capacity import CapacityMonitor, CapacitySource, config_metrics_urls
 from quota.key_files import load_admin_key_hash
 from quota.keys import KeyStore
 from quota.usage import UsageMeter
+from router.fleet_backend import FleetBackend
 from router.registry import ServerRegistry
-from switchyard.config import SwitchyardConfig, load_config
 
 
 def triton_backend_factory(
     config: SwitchyardConfig, settings: GatewaySettings, metrics: GatewayMetrics
 ) -> GenerationBackend:
     """The production backend: Triton's `llm` model over gRPC on the fleet's servers, routed
-    and failed over (gateway/fleet_backend.py)."""
-    from gateway.fleet_setup import fleet_backend  # tritonclient is heavy; load it only here
+    and failed over (router/fleet_backend.py)."""
+    from router.fleet_setup import fleet_backend  # tritonclient is heavy; load it only here
 
     return fleet_backend(config, metrics.routed, host=settings.triton_host, retry_after_s=settings.retry_after_s)
 
@@ -70,6 +70,11 @@ async def _polled_capacity(config: SwitchyardConfig, backend: GenerationBackend)
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+
+
+# Builds the backend in the app's lifespan, with the app's metrics for what it counts (tests
+# pass one that returns a fake).
+BackendFactory = Callable[[SwitchyardConfig, GatewaySettings, GatewayMetrics], GenerationBackend]
 
 
 def create_app(

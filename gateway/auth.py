@@ -22,11 +22,11 @@ import redis
 from fastapi import Depends, FastAPI, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from gateway.errors import ApiError
+from config.settings import TeamSpec
+from contracts.errors import ApiError
+from contracts.schemas import TEAM_HEADER
 from quota.keys import KeyStore
-from switchyard.config import TeamSpec
 
-TEAM_HEADER = "X-Switchyard-Team"
 KEY_STORE_STATE = "key_store"  # app.state.key_store: the KeyStore every request resolves against
 _HOW_TO_GET_A_KEY = "an operator makes one with `switchyard keys create TEAM`"
 _CHALLENGE = {"WWW-Authenticate": "Bearer"}

@@ -9,15 +9,15 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 from bulk.intake import BatchIntake
-from gateway.backend import GenerationBackend
-from gateway.catalog import ModelCatalog
+from config.settings import SwitchyardConfig
+from contracts.catalog import ModelCatalog
+from contracts.generation import GenerationBackend
 from gateway.generation import GenerationService
 from gateway.metrics import GatewayMetrics
 from gateway.requests_registry import RequestRegistry
 from gateway.settings import GatewaySettings
 from quota.admission import Admission
 from router.registry import ServerRegistry
-from switchyard.config import SwitchyardConfig
 
 
 @dataclass(frozen=True, slots=True)

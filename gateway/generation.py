@@ -22,11 +22,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from config.settings import SwitchyardConfig
+from contracts.catalog import ModelCatalog, ServedModel
+from contracts.errors import ApiError, model_not_found, request_conflict
+from contracts.generation import BackendError, GenerationDelta, GenerationRequest, RequestClass, Usage
+from contracts.prompt_context import check_context, encode_prompt
 from gateway.auth import Principal, require_model_access
-from gateway.backend import BackendError, GenerationDelta, GenerationRequest, RequestClass, Usage
 from gateway.cancel_bus import CancelBus
-from gateway.catalog import ModelCatalog, ServedModel
-from gateway.errors import ApiError, invalid_request, model_not_found, request_conflict
 from gateway.idempotency import ClaimState, IdempotencyStore, StoredDelta
 from gateway.metering import Metering
 from gateway.metrics import GatewayMetrics
@@ -35,13 +37,8 @@ from quota.admission import Admission, AdmissionRefused
 from quota.leases import Lease
 from quota.usage import UsageRecord
 from router.block_hashes import DEFAULT_MAX_BLOCKS, prompt_block_hashes
-from switchyard.config import SwitchyardConfig
 
 logger = logging.getLogger(__name__)
-
-# Tokenizing a prompt this long takes milliseconds: do it off the event loop, so the streams
-# this gateway is serving keep their pace.
-_TOKENIZE_IN_THREAD_CHARS = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -300,30 +297,3 @@ class _Hooks:
             cancelled=entry.stop_reason == "cancelled",
             kv_token_seconds=held_prompt + held_completion,
         )
-
-
-async def encode_prompt(model: ServedModel, prompt: str) -> list[int]:
-    if len(prompt) >= _TOKENIZE_IN_THREAD_CHARS:
-        return await asyncio.to_thread(model.encode_prompt, prompt)
-    return model.encode_prompt(prompt)
-
-
-async def count_prompt_tokens(model: ServedModel, prompt: str) -> int:
-    return len(await encode_prompt(model, prompt))
-
-
-def check_context(model: ServedModel, prompt_tokens: int, max_tokens: int) -> None:
-    """400 when prompt + max_tokens cannot fit the model's context, saying what to change."""
-    limit = model.max_context_tokens
-    if prompt_tokens + max_tokens <= limit:
-        return
-    message = (
-        f"prompt ({prompt_tokens} tokens) + max_tokens ({max_tokens}) exceeds model "
-        f"{model.model_id!r} context of {limit} tokens"
-    )
-    if prompt_tokens >= limit:
-        raise invalid_request(f"{message}: shorten the prompt", "prompt")
-    raise invalid_request(
-        f"{message}: lower max_tokens to at most {limit - prompt_tokens} or shorten the prompt",
-        "max_tokens",
-    )

@@ -26,14 +26,15 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from gateway.backend import BackendError, RequestClass, Usage
-from gateway.errors import error_payload, error_response, invalid_request
+from contracts.errors import error_payload, invalid_request
+from contracts.generation import BackendError, RequestClass, Usage
+from contracts.openai_schemas import ChatCompletionRequest, CompletionRequest, FinishReason
+from contracts.schemas import RequestId
+from gateway.error_handlers import error_response
 from gateway.generation import GenerationInput
 from gateway.idempotency import fingerprint
-from gateway.openai_schemas import ChatCompletionRequest, CompletionRequest, FinishReason
 from gateway.readers import reading, wait_unless_disconnected
 from gateway.requests_registry import InflightRequest, RequestRegistry
-from gateway.schemas import RequestId
 from gateway.sse import DONE, HEARTBEAT, sse_event
 
 CLASS_HEADER = "X-Switchyard-Class"
@@ -77,7 +78,7 @@ RequestIdHeader = Annotated[str | None, Depends(request_id_header)]
 class OpenAIRoute(APIRoute):
     """A route whose unknown body fields are refused in OpenAI's terms.
 
-    The app's handler (gateway/errors.py) names /v1/generate's fields as the known ones, which
+    The app's handler (contracts/errors.py) names /v1/generate's fields as the known ones, which
     would mislead here; OpenAI itself answers "unrecognized request argument"."""
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:

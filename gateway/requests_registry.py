@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import replace
 from typing import Protocol
 
-from gateway.backend import BackendError, GenerationBackend, GenerationDelta, GenerationRequest, Usage
+from contracts.generation import BackendError, GenerationBackend, GenerationDelta, GenerationRequest, Usage
 from gateway.metrics import GatewayMetrics
 
 logger = logging.getLogger(__name__)

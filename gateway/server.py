@@ -12,10 +12,10 @@ import os
 import uvicorn
 from fastapi import FastAPI
 
+from config.logging_setup import logging_config
+from config.settings import SwitchyardConfig, dump_config, load_config
 from gateway.app import create_app
-from gateway.logging_setup import logging_config
 from gateway.settings import GatewaySettings
-from switchyard.config import SwitchyardConfig, dump_config, load_config
 
 
 def serve(

@@ -15,7 +15,7 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-from gateway.errors import error_payload
+from contracts.errors import error_payload
 from gateway.readers import reading
 from gateway.requests_registry import InflightRequest, RequestRegistry
 

@@ -28,12 +28,12 @@ from dataclasses import dataclass, field
 import redis.asyncio
 from redis.exceptions import RedisError
 
+from config.settings import SwitchyardConfig
 from quota.capacity import CapacitySource
 from quota.fair_queue import FairQueue
 from quota.lease_size import bulk_lease_tokens
 from quota.leases import Lease, LeaseStore, ReserveOutcome, WaiterMark
 from quota.shares import Decision, ShareDecision, SharePolicy, TeamLimits, TeamLoad
-from switchyard.config import SwitchyardConfig
 
 logger = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """How many KV tokens each pool holds, read from its servers' engine metrics.
 
-Both engines export TensorRT-LLM's gauge (see `engine.stats`), one sample per block type:
+Both engines export TensorRT-LLM's gauge (contracts/engine_metrics.py), one sample per block type:
 
     nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="max",model="cpu_engine",version="1"} 5000
     nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="tokens_per",model="cpu_engine",version="1"} 16
@@ -18,53 +18,9 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import httpx
-from prometheus_client.parser import text_string_to_metric_families
 
-from engine.stats import CLASS_METRIC, KV_CACHE_BLOCK_METRIC, KV_CLASS_METRIC
-from switchyard.config import SwitchyardConfig
-
-
-@dataclass(frozen=True, slots=True)
-class KvCache:
-    """One server's KV cache in tokens. `free` counts cached blocks nobody holds (evictable)."""
-
-    capacity_tokens: int
-    free_tokens: int
-    interactive_requests: int = 0  # in the engine now (`switchyard_engine_requests`)
-    # Held by admitted bulk in an engine that preempts it for people (`switchyard_engine_kv_blocks`;
-    # 0 where the engine exports none, as TensorRT-LLM does).
-    bulk_tokens: int = 0
-
-
-def parse_kv_cache(metrics_text: str) -> KvCache:
-    """The KV capacity, free tokens and tokens held by bulk, and the interactive requests in
-    the engine, in one server's Prometheus metrics text."""
-    per_engine: dict[tuple[tuple[str, str], ...], dict[str, float]] = {}
-    interactive = 0
-
-    def engine_of(labels: dict[str, str], own: str) -> dict[str, float]:
-        return per_engine.setdefault(tuple(sorted((k, v) for k, v in labels.items() if k != own)), {})
-
-    for family in text_string_to_metric_families(metrics_text):
-        for sample in family.samples:
-            if sample.name == CLASS_METRIC and sample.labels.get("request_class") == "interactive":
-                interactive += int(sample.value)
-            elif sample.name == KV_CLASS_METRIC and sample.labels.get("request_class") == "bulk":
-                engine_of(sample.labels, "request_class")["bulk"] = sample.value
-            elif sample.name == KV_CACHE_BLOCK_METRIC and "kv_cache_block_type" in sample.labels:
-                engine_of(sample.labels, "kv_cache_block_type")[sample.labels["kv_cache_block_type"]] = sample.value
-    capacity = free = bulk = 0
-    for blocks in per_engine.values():
-        tokens_per = int(blocks.get("tokens_per", 0))
-        capacity += int(blocks.get("max", 0)) * tokens_per
-        free += int(blocks.get("free", 0)) * tokens_per
-        bulk += int(blocks.get("bulk", 0)) * tokens_per
-    return KvCache(capacity, free, interactive, bulk)
-
-
-def parse_kv_capacity(metrics_text: str) -> int:
-    """Max blocks × tokens per block: the KV tokens one server holds (0 when it exports none)."""
-    return parse_kv_cache(metrics_text).capacity_tokens
+from config.settings import SwitchyardConfig
+from contracts.engine_metrics import KvCache, parse_kv_cache
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import redis
 import redis.asyncio
 
-from switchyard.config import TeamSpec
+from config.settings import TeamSpec
 
 KEYS_HASH = "sy:keys"  # Redis hash: sha256 hex of a key -> team id
 KEY_PREFIX = "sy-"

@@ -3,7 +3,7 @@
 A probe reads two endpoints of one server:
 
     GET http://host:http_port/v2/health/ready    200: Triton and its models are loaded
-    GET http://host:metrics_port/metrics          the engine's gauges (see engine.stats)
+    GET http://host:metrics_port/metrics          the engine's gauges (contracts/engine_metrics.py)
 
 Triton answers ready even when a model's Python stub has crashed, so readiness alone is not
 liveness: the engine host sets `switchyard_engine_heartbeat` every ~0.2 s while its stub runs.
@@ -20,62 +20,11 @@ from __future__ import annotations
 
 import asyncio
 import enum
-import math
 from dataclasses import dataclass
 
 import httpx
-from prometheus_client.parser import text_string_to_metric_families
 
-from engine.stats import HEARTBEAT_METRIC, REQUEST_METRIC
-from quota.capacity import parse_kv_cache
-
-
-@dataclass(frozen=True, slots=True)
-class EngineHealth:
-    """What one server's metrics say about its engine(s)."""
-
-    heartbeat: float | None  # the oldest engine's heartbeat (None: no engine exports one yet)
-    capacity_tokens: int
-    free_tokens: int
-    active: int  # requests admitted in the engines
-    waiting: int  # requests queued for admission
-    bulk_tokens: int = 0  # KV held by bulk that people's requests may preempt (quota.capacity.KvCache)
-
-    @property
-    def in_flight(self) -> int:
-        """Requests the server still owes a reply: a drain waits for this to reach 0."""
-        return self.active + self.waiting
-
-    @property
-    def used_fraction(self) -> float | None:
-        """Share of the KV cache in use (None when the server exports no KV gauge)."""
-        if self.capacity_tokens <= 0:
-            return None
-        return 1.0 - self.free_tokens / self.capacity_tokens
-
-
-def parse_engine_health(metrics_text: str) -> EngineHealth:
-    """The heartbeat, KV tokens and request counts in one server's Prometheus text.
-
-    With several engine models on one server the counts are summed and the heartbeat is the
-    oldest one: a server whose one stub died cannot serve the model that uses it.
-    """
-    heartbeats: list[float] = []
-    active = waiting = 0
-    for family in text_string_to_metric_families(metrics_text):
-        for sample in family.samples:
-            if sample.name == HEARTBEAT_METRIC and math.isfinite(sample.value):
-                heartbeats.append(sample.value)
-            elif sample.name == REQUEST_METRIC:
-                kind = sample.labels.get("request_type")
-                if kind == "active":
-                    active += int(sample.value)
-                elif kind == "waiting":
-                    waiting += int(sample.value)
-    kv = parse_kv_cache(metrics_text)
-    return EngineHealth(
-        min(heartbeats, default=None), kv.capacity_tokens, kv.free_tokens, active, waiting, kv.bulk_tokens
-    )
+from contracts.engine_metrics import EngineHealth, parse_engine_health
 
 
 @dataclass(frozen=True, slots=True)

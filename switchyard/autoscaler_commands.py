@@ -20,7 +20,7 @@ import signal
 import sys
 from typing import TYPE_CHECKING
 
-from switchyard.config import SwitchyardConfig
+from config.settings import SwitchyardConfig
 
 if TYPE_CHECKING:
     from fleet.live_service import LiveOptions
@@ -45,7 +45,7 @@ def add_autoscaler_parser(sub: argparse._SubParsersAction[argparse.ArgumentParse
 
 
 def autoscaler(config: SwitchyardConfig, args: argparse.Namespace) -> int:
-    from gateway.logging_setup import logging_config
+    from config.logging_setup import logging_config
 
     logging.config.dictConfig(logging_config("INFO"))
     pool_ids = args.pool or [p for p, pool in config.pools.items() if pool.copies_limit > 0]
@@ -106,10 +106,10 @@ def _run_kubernetes(config: SwitchyardConfig, pool_ids: list[str], options: Live
 def _run_supervisor(config: SwitchyardConfig, pool_ids: list[str], options: LiveOptions) -> int:
     from fleet.actuators import SupervisorActuator
     from fleet.autoscaler_thread import AutoscalerThread
-    from switchyard.ports import ConfiguredPorts
-    from switchyard.signals import stop_on_signals
-    from switchyard.supervisor_thread import SupervisorThread
-    from switchyard.triton_server import TritonStartError
+    from fleet.launch.ports import ConfiguredPorts
+    from fleet.launch.signals import stop_on_signals
+    from fleet.launch.triton_server import TritonStartError
+    from fleet.supervisor_thread import SupervisorThread
 
     supervisor = SupervisorThread(config, ConfiguredPorts(config), pool_ids=pool_ids)
     with stop_on_signals() as stop:

@@ -19,8 +19,8 @@ from typing import Any
 import httpx
 
 from bulk.progress import eta_text, progress_bar
+from config.settings import SwitchyardConfig
 from quota.key_files import dev_key_path, read_key_file
-from switchyard.config import SwitchyardConfig
 
 API_KEY_ENV = "SWITCHYARD_API_KEY"
 _ENDED = {"completed", "expired", "cancelled", "failed"}

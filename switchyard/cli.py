@@ -29,7 +29,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from switchyard.config import SwitchyardConfig, load_config
+from config.settings import SwitchyardConfig, load_config
 
 
 def _cmd_build(config: SwitchyardConfig, args: argparse.Namespace) -> int:
@@ -37,7 +37,7 @@ def _cmd_build(config: SwitchyardConfig, args: argparse.Namespace) -> int:
     from build_engines.legacy_engine import write_build_script
     from build_engines.llm_api_args import pool_plan
     from build_engines.repository import engine_model, fill_repository
-    from switchyard.config import ServingSpec
+    from config.settings import ServingSpec
 
     serving = ServingSpec(
         target=args.target or config.serving.target, trtllm_engine=args.engine or config.serving.trtllm_engine
@@ -66,8 +66,8 @@ def _cmd_build(config: SwitchyardConfig, args: argparse.Namespace) -> int:
 
 
 def _cmd_triton(config: SwitchyardConfig, args: argparse.Namespace) -> int:
-    from switchyard.config import Ports
-    from switchyard.server_process import run_triton
+    from config.settings import Ports
+    from fleet.launch.server_process import run_triton
 
     if args.pool not in config.pools:
         print(f"unknown pool {args.pool!r}; configured: {', '.join(config.pools)}", file=sys.stderr)
@@ -97,7 +97,7 @@ def _cmd_gateway(config: SwitchyardConfig, args: argparse.Namespace) -> int:
 
 
 def _cmd_up(config: SwitchyardConfig, args: argparse.Namespace) -> int:
-    from switchyard.stack import run_stack
+    from fleet.stack import run_stack
 
     return run_stack(config, gateway_port=args.port or config.gateway.port)
 
@@ -107,7 +107,7 @@ def _cmd_dispatcher(config: SwitchyardConfig, args: argparse.Namespace) -> int:
     import logging.config
 
     from bulk.service import serve_dispatcher
-    from gateway.logging_setup import logging_config
+    from config.logging_setup import logging_config
 
     logging.config.dictConfig(logging_config("INFO"))
     asyncio.run(serve_dispatcher(config, gateway_url=args.gateway_url))

@@ -30,7 +30,7 @@ from typing import Literal
 from bench.common import write_result
 from bench.headlines import Headline, headlines
 from build_engines.trtllm_pin import KV_CACHE_CONFIG_KEYS, LLM_API_KEYS, SCHEDULER_CONFIG_KEYS, TRTLLM_VERSION
-from switchyard.config import ServingSpec, SwitchyardConfig
+from config.settings import ServingSpec, SwitchyardConfig
 
 BENCHES = ["s1", "s3", "s4"]
 MODEL_ID = "small"  # the model and pool the live benchmarks serve (bench/__main__.py)

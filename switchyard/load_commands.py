@@ -22,7 +22,7 @@ import os
 import sys
 import time
 
-from switchyard.config import SwitchyardConfig
+from config.settings import SwitchyardConfig
 from switchyard.load_generator import IntervalReport, LoadGenerator
 from switchyard.load_ramp import Ramp
 

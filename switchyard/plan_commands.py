@@ -13,7 +13,7 @@ import argparse
 import sys
 
 from build_engines.sizing import MB, Plan, PlanInputs, configured_plan_inputs, plan_model
-from switchyard.config import SwitchyardConfig
+from config.settings import SwitchyardConfig
 
 
 def add_plan_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:

@@ -18,9 +18,9 @@ from datetime import UTC, datetime, timedelta
 import redis
 import redis.asyncio
 
+from config.settings import SwitchyardConfig
 from quota.keys import SyncKeyStore, UnknownTeam
 from quota.usage import UsageMeter, UsageRow, as_utc, sum_rows
-from switchyard.config import SwitchyardConfig
 
 HASH_PREFIX_CHARS = 12
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")

@@ -19,11 +19,11 @@ import httpx
 import redis
 import redis.asyncio
 
+from config.settings import SwitchyardConfig
+from contracts.engine_metrics import EngineHealth, parse_engine_health
 from fleet.pool_targets import PoolTarget, PoolTargetStore
 from router.registry import ServerInfo, ServerRegistry
 from router.routing_policy import ServerState
-from router.server_health import EngineHealth, parse_engine_health
-from switchyard.config import SwitchyardConfig
 from switchyard.quota_commands import format_table
 
 _HEAD = ("server", "pool", "state", "pid", "http", "grpc", "metrics", "kv used", "running", "waiting", "seen")

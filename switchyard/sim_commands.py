@@ -16,8 +16,8 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from config.settings import SwitchyardConfig
 from fleet.sim.scenario import SCENARIOS
-from switchyard.config import SwitchyardConfig
 
 # fleet.sim.variants.VARIANTS, spelled out so `--help` does not import the policies (a test
 # keeps the two equal).

@@ -7,8 +7,8 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from switchyard.ports import free_ports
-from switchyard.redis_server import RedisServer
+from fleet.launch.ports import free_ports
+from fleet.launch.redis_server import RedisServer
 
 
 @pytest.fixture(scope="session")

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from config.settings import AutoscalerSpec
 from engine.config import EngineConfig
 from fleet.signals import ServerCapacity
 from fleet.sim.cost_model import RooflineCost, StepCostModel
-from switchyard.config import AutoscalerSpec
 
 
 def gpu_engine_config() -> EngineConfig:

@@ -27,11 +27,11 @@ from bulk.ingest import IngestRefused
 from bulk.intake import BatchIntake
 from bulk.multipart_upload import MultipartError, MultipartReader
 from bulk.results import Outcome, errors_key, results_key
+from contracts.errors import ApiError, describe_validation_errors, invalid_request, model_not_found
+from contracts.schemas import error_responses
 from gateway.auth import Principal, PrincipalDep, require_model_access
 from gateway.batch_schemas import BatchList, BatchObject, CreateBatchBody, batch_object
 from gateway.deps import CatalogDep, IntakeDep
-from gateway.errors import ApiError, describe_validation_errors, invalid_request, model_not_found
-from gateway.schemas import error_responses
 
 router = APIRouter(prefix="/v1/batches", tags=["batches"])
 

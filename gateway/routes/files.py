@@ -13,12 +13,12 @@ from fastapi.responses import StreamingResponse
 
 from bulk.ingest import IngestRefused
 from bulk.multipart_upload import MultipartError, MultipartReader
+from contracts.errors import ApiError, invalid_request
+from contracts.schemas import error_responses
 from gateway.auth import PrincipalDep
 from gateway.batch_schemas import FileList, FileObject, file_object
 from gateway.deps import IntakeDep
-from gateway.errors import ApiError, invalid_request
 from gateway.routes.batches import JSONL, refused, team_of
-from gateway.schemas import error_responses
 
 router = APIRouter(prefix="/v1/files", tags=["files"])
 

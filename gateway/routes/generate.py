@@ -7,17 +7,15 @@ from typing import Literal
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from contracts.errors import request_not_found
+from contracts.schemas import CancelResponse, ErrorBody, GenerateBody, GenerateResponse, UsageBody
 from gateway.auth import PrincipalDep
 from gateway.deps import GenerationDep, RegistryDep, SettingsDep
-from gateway.errors import (
-    error_response,
-    request_not_found,
-)
+from gateway.error_handlers import error_response
 from gateway.generation import GenerationInput
 from gateway.idempotency import fingerprint
 from gateway.readers import wait_unless_disconnected
 from gateway.requests_registry import InflightRequest
-from gateway.schemas import CancelResponse, ErrorBody, GenerateBody, GenerateResponse, UsageBody
 from gateway.sse import stream_events
 
 router = APIRouter(prefix="/v1/generate", tags=["generate"])

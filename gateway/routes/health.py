@@ -5,8 +5,8 @@ from __future__ import annotations
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
+from contracts.schemas import PoolStatus, ReadinessBody
 from gateway.deps import BackendDep
-from gateway.schemas import PoolStatus, ReadinessBody
 
 router = APIRouter(tags=["health"])
 

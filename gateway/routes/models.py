@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from gateway.catalog import ServedModel
+from contracts.catalog import ServedModel
+from contracts.errors import model_not_found
+from contracts.schemas import ModelCard, ModelList
 from gateway.deps import CatalogDep
-from gateway.errors import model_not_found
-from gateway.schemas import ModelCard, ModelList
 
 router = APIRouter(prefix="/v1/models", tags=["models"])
 

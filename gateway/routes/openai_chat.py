@@ -9,13 +9,10 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request, Response
 
-from gateway.auth import PrincipalDep
-from gateway.backend import Usage
-from gateway.chat_template import ChatMessage, ChatTemplates
-from gateway.deps import GenerationDep, RegistryDep, SettingsDep, get_services
-from gateway.errors import invalid_request
-from gateway.generation import count_prompt_tokens
-from gateway.openai_schemas import (
+from contracts.chat_template import ChatMessage, ChatTemplates
+from contracts.errors import invalid_request
+from contracts.generation import Usage
+from contracts.openai_schemas import (
     ChatChoice,
     ChatChunkChoice,
     ChatCompletion,
@@ -26,6 +23,10 @@ from gateway.openai_schemas import (
     CompletionUsage,
     FinishReason,
 )
+from contracts.prompt_context import count_prompt_tokens
+from contracts.schemas import ErrorBody
+from gateway.auth import PrincipalDep
+from gateway.deps import GenerationDep, RegistryDep, SettingsDep, get_services
 from gateway.openai_serving import (
     OpenAIRoute,
     RequestClassHeader,
@@ -34,7 +35,6 @@ from gateway.openai_serving import (
     sse_data,
     started_generation,
 )
-from gateway.schemas import ErrorBody
 
 # Without max_tokens a chat reply may run this long (the brief: replies of up to ~2,000).
 DEFAULT_CHAT_MAX_TOKENS = 2048

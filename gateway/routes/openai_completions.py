@@ -7,10 +7,11 @@ from dataclasses import dataclass
 
 from fastapi import APIRouter, Request, Response
 
+from contracts.generation import Usage
+from contracts.openai_schemas import Completion, CompletionChoice, CompletionRequest, CompletionUsage, FinishReason
+from contracts.schemas import ErrorBody
 from gateway.auth import PrincipalDep
-from gateway.backend import Usage
 from gateway.deps import GenerationDep, RegistryDep, SettingsDep
-from gateway.openai_schemas import Completion, CompletionChoice, CompletionRequest, CompletionUsage, FinishReason
 from gateway.openai_serving import (
     OpenAIRoute,
     RequestClassHeader,
@@ -19,7 +20,6 @@ from gateway.openai_serving import (
     sse_data,
     started_generation,
 )
-from gateway.schemas import ErrorBody
 
 router = APIRouter(prefix="/v1/completions", tags=["openai"], route_class=OpenAIRoute)
 

@@ -12,10 +12,10 @@ import time
 from fastapi import APIRouter
 from pydantic import BaseModel
 
+from contracts.errors import ApiError
+from contracts.schemas import error_responses
 from gateway.auth import AdminDep
 from gateway.deps import ServerRegistryDep
-from gateway.errors import ApiError
-from gateway.schemas import error_responses
 from router.registry import ServerInfo
 
 router = APIRouter(prefix="/admin/servers", tags=["admin"])

@@ -14,10 +14,10 @@ import redis
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field
 
+from contracts.errors import ApiError, invalid_request
+from contracts.schemas import ErrorBody
 from gateway.auth import PrincipalDep, forbidden
-from gateway.errors import ApiError, invalid_request
 from gateway.metering import MeteringDep
-from gateway.schemas import ErrorBody
 from quota.usage import UsageRow, as_utc
 
 router = APIRouter(prefix="/v1/usage", tags=["usage"])

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from bench.bench_s1_short_behind_long import engine_alone
+from config.settings import ServingSpec, SwitchyardConfig, load_config
 from engine.config import EngineConfig
-from switchyard.config import ServingSpec, SwitchyardConfig, load_config
 
 CONFIG = """
 models:

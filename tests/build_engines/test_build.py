@@ -12,10 +12,10 @@ from tokenizers import Tokenizer
 
 from build_engines.build import STAMP_FILE, build_model, validate_checkpoint
 from build_engines.corpus import generate_corpus
+from config.settings import Architecture, ModelSpec
 from engine.config import ModelConfig
 from engine.forward_batch import SequenceChunk
 from engine.model import NumpyLlama
-from switchyard.config import Architecture, ModelSpec
 
 TINY = Architecture(
     hidden_size=16,

@@ -16,7 +16,7 @@ from build_engines.legacy_engine import build_script, engine_dir
 from build_engines.llm_api_args import GPU_TOKENS_PER_BLOCK, llm_api_args, pool_plan
 from build_engines.repository import fill_repository
 from build_engines.trtllm_pin import llm_api_problems
-from switchyard.config import ServingSpec, SwitchyardConfig, load_config
+from config.settings import ServingSpec, SwitchyardConfig, load_config
 
 TARGETS = [
     ServingSpec(target="cpu"),

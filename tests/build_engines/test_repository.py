@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from build_engines.repository import TemplateError, fill_repository, fill_template
-from switchyard.config import SwitchyardConfig
+from config.settings import SwitchyardConfig
 
 
 def make_config(root: Path) -> SwitchyardConfig:

@@ -12,7 +12,7 @@ from build_engines.sizing import (
     kv_bytes_per_token_of,
     plan_model,
 )
-from switchyard.config import Architecture
+from config.settings import Architecture
 
 BRIEF_KV_BYTES = 500_000  # 0.5 MB a token
 

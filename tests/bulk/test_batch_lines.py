@@ -14,8 +14,8 @@ from tokenizers import Tokenizer
 from build_engines.corpus import generate_corpus
 from build_engines.tokenizer import LLAMA_CHAT_TEMPLATE, train_tokenizer
 from bulk.batch_lines import BatchEntry, LineError, LineValidator
-from gateway.catalog import ServedModel
-from gateway.chat_template import ChatMessage, ChatTemplate
+from contracts.catalog import ServedModel
+from contracts.chat_template import ChatMessage, ChatTemplate
 
 CONTEXT = 512
 LONG_PROMPT = "the quick brown fox jumps over the lazy dog " * 9  # 396 bytes, far fewer tokens

@@ -13,7 +13,7 @@ from bulk.batch_store import BatchRecord, BatchStatus
 from bulk.batch_work import BatchWork
 from bulk.chunk_queue import QueuedChunk
 from bulk.ingest import ChunkRef
-from gateway.catalog import ServedModel
+from contracts.catalog import ServedModel
 
 MAX_TOKENS = 10
 

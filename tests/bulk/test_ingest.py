@@ -15,7 +15,7 @@ from build_engines.tokenizer import train_tokenizer
 from bulk.batch_lines import BatchEntry, LineError, LineValidator
 from bulk.blob_store import LocalBlobStore
 from bulk.ingest import ChunkRef, IngestLimits, IngestRefused, IngestResult, ingest, split_lines
-from gateway.catalog import ServedModel
+from contracts.catalog import ServedModel
 
 KEY = "batches/b1/input.jsonl"
 LIMITS = IngestLimits(max_bytes=1 << 20, max_lines=100, chunk_lines=4)

@@ -25,7 +25,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from switchyard.config import SwitchyardConfig, load_config
+from config.settings import SwitchyardConfig, load_config
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"

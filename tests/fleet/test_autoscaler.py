@@ -10,10 +10,10 @@ from datetime import UTC, datetime
 
 import pytest
 
+from config.settings import AutoscalerSpec
 from fleet.autoscaler import Autoscaler, ReactiveAutoscaler, StaticFleet
 from fleet.load_profile import LoadProfile
 from fleet.signals import BulkDemand, PoolSignals, ServerCapacity
-from switchyard.config import AutoscalerSpec
 
 HOUR = 3_600.0
 DAY = 86_400.0

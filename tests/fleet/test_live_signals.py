@@ -9,6 +9,7 @@ import httpx
 import redis.asyncio as aioredis
 
 from bulk.batch_store import BatchRecord, BatchStatus, BatchStore
+from config.settings import SwitchyardConfig
 from fleet.bulk_backlog import BulkBacklog
 from fleet.live_signals import LiveSignals
 from fleet.signals import BulkDemand
@@ -16,7 +17,6 @@ from fleet.usage_rates import EndedRequests
 from quota.usage import UsageMeter, UsageRecord
 from router.registry import ServerInfo, ServerRegistry
 from router.routing_policy import ServerState
-from switchyard.config import SwitchyardConfig
 
 NOW = 1_800_000_000.0
 

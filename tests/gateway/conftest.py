@@ -15,8 +15,8 @@ import redis
 from fastapi import FastAPI
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
-from gateway.app import create_app
-from gateway.backend import (
+from config.settings import SwitchyardConfig, load_config
+from contracts.generation import (
     BackendError,
     GenerationBackend,
     GenerationDelta,
@@ -24,13 +24,13 @@ from gateway.backend import (
     PoolReadiness,
     Usage,
 )
+from gateway.app import create_app
 from gateway.metrics import GatewayMetrics
 from gateway.requests_registry import RequestRegistry
 from gateway.settings import GatewaySettings
 from quota.capacity import StaticCapacity
 from quota.key_files import ADMIN_KEY_ENV
 from quota.keys import SyncKeyStore
-from switchyard.config import SwitchyardConfig, load_config
 
 SENTENCES = [
     "the quick brown fox jumps over the lazy dog",

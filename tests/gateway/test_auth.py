@@ -12,10 +12,10 @@ from fastapi import FastAPI
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
+from config.settings import TeamSpec
 from gateway.auth import AdminDep, PrincipalDep, install_auth, require_model_access
-from gateway.errors import install_error_handlers
+from gateway.error_handlers import install_error_handlers
 from quota.keys import KeyStore, hash_key
-from switchyard.config import TeamSpec
 
 ADMIN_KEY = "sy-admin-key-for-tests"
 TEAMS = {"alpha": TeamSpec(), "beta": TeamSpec(models=["small"])}

@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 
-from gateway.backend import BackendUnavailable, GenerationDelta, GenerationRequest, Usage
+from contracts.generation import BackendUnavailable, GenerationDelta, GenerationRequest, Usage
 
 PROMPT = "the quick brown fox"
 BODY = {"model": "small", "prompt": PROMPT, "max_tokens": 3}

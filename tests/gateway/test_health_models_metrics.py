@@ -9,8 +9,8 @@ import httpx
 from fastapi import FastAPI
 from prometheus_client.parser import text_string_to_metric_families
 
+from contracts.generation import PoolReadiness
 from gateway.app import create_app
-from gateway.backend import PoolReadiness
 
 
 async def test_healthz(client: httpx.AsyncClient) -> None:

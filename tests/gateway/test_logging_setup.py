@@ -8,7 +8,7 @@ import logging
 import logging.config
 from typing import Any
 
-from gateway.logging_setup import JsonFormatter, bind_log_fields, log_prompts_enabled, logging_config
+from config.logging_setup import JsonFormatter, bind_log_fields, log_prompts_enabled, logging_config
 
 
 def emit(

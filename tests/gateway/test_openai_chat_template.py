@@ -10,10 +10,10 @@ from tokenizers import Tokenizer
 
 from build_engines.corpus import generate_corpus
 from build_engines.tokenizer import save_tokenizer, train_tokenizer
-from gateway.catalog import ServedModel
-from gateway.chat_template import ChatMessage, ChatTemplate, ChatTemplates
-from gateway.errors import ApiError
-from switchyard.config import SwitchyardConfig
+from config.settings import SwitchyardConfig
+from contracts.catalog import ServedModel
+from contracts.chat_template import ChatMessage, ChatTemplate, ChatTemplates
+from contracts.errors import ApiError
 
 BOS_ID = 1
 

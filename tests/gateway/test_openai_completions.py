@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway.backend import BackendError, GenerationDelta
+from contracts.generation import BackendError, GenerationDelta
 
 Sse = Callable[[str], list[tuple[str | None, Any]]]
 

@@ -15,8 +15,8 @@ import uvicorn
 from fastapi import FastAPI
 
 from build_engines.tokenizer import LLAMA_CHAT_TEMPLATE
-from gateway.backend import GenerationDelta
-from switchyard.ports import free_ports
+from contracts.generation import GenerationDelta
+from fleet.launch.ports import free_ports
 
 MESSAGES: list[Any] = [{"role": "user", "content": "the quick fox"}]
 

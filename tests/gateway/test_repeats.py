@@ -13,7 +13,7 @@ import httpx
 import redis
 from fastapi import FastAPI
 
-from gateway.backend import BackendError
+from contracts.generation import BackendError
 
 PROMPT = "the quick brown fox"
 BODY: dict[str, Any] = {"model": "small", "prompt": PROMPT, "max_tokens": 9}

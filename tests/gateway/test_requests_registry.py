@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 from typing import Any
 
-from gateway.backend import GenerationDelta, GenerationRequest
+from contracts.generation import GenerationDelta, GenerationRequest
 from gateway.metrics import GatewayMetrics
 from gateway.requests_registry import InflightRequest, RequestRegistry
 

@@ -23,15 +23,15 @@ import httpx
 import pytest
 import redis
 
+from config.settings import AutoscalerSpec, FleetSpec, Ports, SwitchyardConfig, TeamSpec, dump_config
+from fleet.launch.ports import free_ports, port_free
 from fleet.live_service import LiveOptions
 from fleet.signals import ServerCapacity
+from fleet.stack import Stack
 from router.registry import SERVERS_KEY, server_key
-from switchyard.config import AutoscalerSpec, FleetSpec, Ports, SwitchyardConfig, TeamSpec, dump_config
 from switchyard.load_commands import rehearse
 from switchyard.load_generator import LoadGenerator
 from switchyard.load_ramp import Ramp
-from switchyard.ports import free_ports, port_free
-from switchyard.stack import Stack
 
 from .conftest import MODEL_ID, TinyModel
 

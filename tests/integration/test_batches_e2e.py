@@ -20,10 +20,10 @@ import httpx
 import openai
 import pytest
 
+from config.settings import SwitchyardConfig, dump_config
+from fleet.launch.ports import free_ports
+from fleet.launch.process import ManagedProcess, wait_until
 from quota.key_files import ADMIN_KEY_ENV
-from switchyard.config import SwitchyardConfig, dump_config
-from switchyard.ports import free_ports
-from switchyard.process import ManagedProcess, wait_until
 
 from .conftest import LiveGateway
 

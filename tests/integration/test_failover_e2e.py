@@ -20,12 +20,12 @@ import redis
 import redis.asyncio as aioredis
 
 from build_engines.repository import fill_repository
+from config.settings import Ports
+from fleet.launch.ports import free_ports
+from fleet.launch.process import wait_until
+from fleet.launch.triton_server import TritonServer
 from router.registry import ServerInfo, ServerRegistry, server_key
 from router.routing_policy import ServerState
-from switchyard.config import Ports
-from switchyard.ports import free_ports
-from switchyard.process import wait_until
-from switchyard.triton_server import TritonServer
 
 from .conftest import LiveGateway, TritonPool
 

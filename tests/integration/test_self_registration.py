@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import redis
 
+from config.settings import dump_config
+from fleet.launch.ports import free_ports
+from fleet.launch.process import wait_until
 from router.registry import server_key
-from switchyard.config import dump_config
-from switchyard.ports import free_ports
-from switchyard.process import wait_until
 
 from .conftest import TritonPool
 

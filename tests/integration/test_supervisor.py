@@ -21,11 +21,11 @@ import redis.asyncio as aioredis
 import tritonclient.grpc.aio as grpcclient
 from tritonclient.utils import np_to_triton_dtype
 
+from config.settings import FleetSpec, RedisSpec, SwitchyardConfig
+from fleet.launch.ports import FreePorts
+from fleet.supervisor import Supervisor
 from router.registry import ServerInfo, ServerRegistry
 from router.routing_policy import ServerState
-from switchyard.config import FleetSpec, RedisSpec, SwitchyardConfig
-from switchyard.ports import FreePorts
-from switchyard.supervisor import Supervisor
 
 pytestmark = pytest.mark.integration
 

@@ -22,7 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.utils import np_to_triton_dtype
 
 from bls.tokenizer import PromptTokenizer
-from quota.capacity import parse_kv_cache
+from contracts.engine_metrics import parse_kv_cache
 
 if TYPE_CHECKING:  # conftest modules are not importable under --import-mode=importlib
     from conftest import TritonPool

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from build_engines.repository import fill_repository
-from switchyard.config import SwitchyardConfig
-from switchyard.ports import free_ports
-from switchyard.triton_server import TritonServer, TritonStartError
+from config.settings import SwitchyardConfig
+from fleet.launch.ports import free_ports
+from fleet.launch.triton_server import TritonServer, TritonStartError
 
 pytestmark = pytest.mark.integration
 
@@ -61,8 +61,8 @@ def test_run_triton_serves_until_sigterm_and_leaves_no_process(triton_pool, tmp_
     http, grpc, metrics = free_ports(3)
     script = (
         "import sys\n"
-        "from switchyard.config import Ports\n"
-        "from switchyard.server_process import run_triton\n"
+        "from config.settings import Ports\n"
+        "from fleet.launch.server_process import run_triton\n"
         f"config = __import__('pickle').loads({__import__('pickle').dumps(triton_pool.config)!r})\n"
         f"sys.exit(run_triton(config, {triton_pool.pool_id!r}, Ports(http={http}, grpc={grpc}, metrics={metrics})))\n"
     )

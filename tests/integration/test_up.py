@@ -15,9 +15,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from switchyard.config import Ports, TeamSpec, dump_config
-from switchyard.ports import free_ports
-from switchyard.process import wait_until
+from config.settings import Ports, TeamSpec, dump_config
+from fleet.launch.ports import free_ports
+from fleet.launch.process import wait_until
 
 pytestmark = pytest.mark.integration
 

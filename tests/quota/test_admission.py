@@ -11,11 +11,11 @@ from functools import partial
 import pytest
 import redis.asyncio as aioredis
 
+from config.settings import QuotaSpec, SwitchyardConfig, TeamSpec, load_config
 from quota.admission import Admission, AdmissionRefused
 from quota.capacity import StaticCapacity
 from quota.leases import Lease
 from quota.shares import Decision, TeamLoad
-from switchyard.config import QuotaSpec, SwitchyardConfig, TeamSpec, load_config
 
 pytestmark = pytest.mark.integration
 

@@ -5,15 +5,9 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from quota.capacity import (
-    CapacityMonitor,
-    PoolCapacity,
-    StaticCapacity,
-    config_metrics_urls,
-    parse_kv_cache,
-    parse_kv_capacity,
-)
-from switchyard.config import load_config
+from config.settings import load_config
+from contracts.engine_metrics import parse_kv_cache, parse_kv_capacity
+from quota.capacity import CapacityMonitor, PoolCapacity, StaticCapacity, config_metrics_urls
 
 
 def metrics_text(max_blocks: int, free_blocks: int, tokens_per: int = 16, model: str = "cpu_engine") -> str:

@@ -11,6 +11,7 @@ import pytest
 import redis
 import redis.asyncio
 
+from config.settings import TeamSpec
 from quota.key_files import (
     ADMIN_KEY_ENV,
     admin_key_path,
@@ -20,7 +21,6 @@ from quota.key_files import (
     read_key_file,
 )
 from quota.keys import KEYS_HASH, KeyStore, SyncKeyStore, UnknownTeam, generate_key, hash_key
-from switchyard.config import TeamSpec
 
 STATIC_KEY = "sy-static-key-from-the-yaml-file"
 TEAMS = {

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from router.server_health import EngineHealth, Liveness, Probe, Verdict, parse_engine_health
+from contracts.engine_metrics import EngineHealth, parse_engine_health
+from router.server_health import Liveness, Probe, Verdict
 
 METRICS = """\
 # HELP nv_trt_llm_kv_cache_block_metrics KV cache blocks

@@ -11,14 +11,14 @@ import pytest
 import redis
 import redis.asyncio
 
+from config.settings import load_config
+from fleet.launch.ports import free_ports
+from fleet.launch.redis_server import RedisServer
+from fleet.stack import Stack, ready_message
 from quota.key_files import read_key_file
 from quota.keys import KEYS_HASH, SyncKeyStore, hash_key
 from quota.usage import UsageMeter, UsageRecord
 from switchyard.cli import main
-from switchyard.config import load_config
-from switchyard.ports import free_ports
-from switchyard.redis_server import RedisServer
-from switchyard.stack import Stack, ready_message
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ import pytest
 import bench.__main__
 import bench.common
 from build_engines.trtllm_pin import KV_CACHE_CONFIG_KEYS, LLM_API_KEYS, SCHEDULER_CONFIG_KEYS, TRTLLM_VERSION
-from switchyard.config import SwitchyardConfig, load_config
+from config.settings import SwitchyardConfig, load_config
 from switchyard.gpu_check import (
     GPU_STARTUP_S,
     add_gpu_check_parser,

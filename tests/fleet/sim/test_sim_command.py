@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from config.settings import load_config
 from fleet.sim.variants import VARIANTS
-from switchyard.config import load_config
 from switchyard.sim_commands import POLICY_NAMES, add_sim_parser, sim
 
 

@@ -24,14 +24,22 @@ from dataclasses import dataclass
 import httpx
 import pytest
 
-from bench.live import StreamTrace, bench_config, load_tokenizer, prompt_of, start_stack, stream_generate
+from bench.live import (
+    StreamTrace,
+    bench_config,
+    engine_config_of,
+    load_tokenizer,
+    prompt_of,
+    start_stack,
+    stream_generate,
+)
 from build_engines.build import build_model
+from config.settings import EngineSpec, SwitchyardConfig, load_config
 from engine.config import EngineConfig
 from fleet.sim.cost_model import LinearCost, fit_linear
 from fleet.sim.cpu_profile import profile_cpu_engine
 from fleet.sim.trace_replay import ReplayResult, TraceRequest, replay
-from switchyard.config import EngineSpec, SwitchyardConfig, load_config
-from switchyard.stack import Stack
+from fleet.stack import Stack
 
 pytestmark = pytest.mark.integration
 
@@ -110,7 +118,7 @@ def test_the_simulator_replays_the_live_cpu_stack(live: LiveStack) -> None:
 def replay_and_compare(live: LiveStack) -> tuple[bool, str]:
     """Calibrate on the live stack, replay the trace through both, compare (module docstring)."""
     config = live.config
-    engine_config = config.pools[POOL].engine.to_engine_config()
+    engine_config = engine_config_of(config.pools[POOL].engine)
     tokenizer = load_tokenizer(config, POOL)
     engine = fit_linear(profile_cpu_engine(config.model_dir(POOL), engine_config))
 

@@ -1,0 +1,131 @@
+"""The engine's metrics as every process reads them: names, labels and parsers.
+
+The engine hosts export them (bls/metrics.py, from `engine.stats.EngineStats`); the router,
+admission, the supervisor and the autoscaler parse them. The names are TensorRT-LLM's Triton
+backend metrics, so both engines read the same:
+
+    nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type = max | free | used | tokens_per | reused}
+    nv_trt_llm_request_metrics{request_type = active | max | scheduled | context | waiting}
+
+and one of Switchyard's own, which TensorRT-LLM has no name for: requests in the engine (admitted
+or waiting) per class, so the bulk dispatcher can tell whether people are being served there.
+
+    switchyard_engine_requests{request_class = interactive | bulk}
+
+and the KV blocks admitted requests hold, per class. An engine that preempts bulk for people
+(the CPU reference engine) exports it, so the router may count bulk's blocks as room for an
+interactive request; TensorRT-LLM never preempts bulk for people and exports none (no room).
+
+    switchyard_engine_kv_blocks{request_class = interactive | bulk}
+
+and the engine host's heartbeat (not part of the snapshot: it is the host's, not the engine's):
+the Unix time of the host's latest pass, which advances every ~0.2 s while the model's Python
+stub runs, busy or idle. Triton's /v2/health/ready stays green when a stub has crashed, so a
+supervisor reads liveness as "ready and this gauge advancing".
+
+    switchyard_engine_heartbeat
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from prometheus_client.parser import text_string_to_metric_families
+
+KV_CACHE_BLOCK_METRIC = "nv_trt_llm_kv_cache_block_metrics"
+REQUEST_METRIC = "nv_trt_llm_request_metrics"
+CLASS_METRIC = "switchyard_engine_requests"
+KV_CLASS_METRIC = "switchyard_engine_kv_blocks"
+HEARTBEAT_METRIC = "switchyard_engine_heartbeat"
+
+
+@dataclass(frozen=True, slots=True)
+class KvCache:
+    """One server's KV cache in tokens. `free` counts cached blocks nobody holds (evictable)."""
+
+    capacity_tokens: int
+    free_tokens: int
+    interactive_requests: int = 0  # in the engine now (`switchyard_engine_requests`)
+    # Held by admitted bulk in an engine that preempts it for people (`switchyard_engine_kv_blocks`;
+    # 0 where the engine exports none, as TensorRT-LLM does).
+    bulk_tokens: int = 0
+
+
+def parse_kv_cache(metrics_text: str) -> KvCache:
+    """The KV capacity, free tokens and tokens held by bulk, and the interactive requests in
+    the engine, in one server's Prometheus metrics text."""
+    per_engine: dict[tuple[tuple[str, str], ...], dict[str, float]] = {}
+    interactive = 0
+
+    def engine_of(labels: dict[str, str], own: str) -> dict[str, float]:
+        return per_engine.setdefault(tuple(sorted((k, v) for k, v in labels.items() if k != own)), {})
+
+    for family in text_string_to_metric_families(metrics_text):
+        for sample in family.samples:
+            if sample.name == CLASS_METRIC and sample.labels.get("request_class") == "interactive":
+                interactive += int(sample.value)
+            elif sample.name == KV_CLASS_METRIC and sample.labels.get("request_class") == "bulk":
+                engine_of(sample.labels, "request_class")["bulk"] = sample.value
+            elif sample.name == KV_CACHE_BLOCK_METRIC and "kv_cache_block_type" in sample.labels:
+                engine_of(sample.labels, "kv_cache_block_type")[sample.labels["kv_cache_block_type"]] = sample.value
+    capacity = free = bulk = 0
+    for blocks in per_engine.values():
+        tokens_per = int(blocks.get("tokens_per", 0))
+        capacity += int(blocks.get("max", 0)) * tokens_per
+        free += int(blocks.get("free", 0)) * tokens_per
+        bulk += int(blocks.get("bulk", 0)) * tokens_per
+    return KvCache(capacity, free, interactive, bulk)
+
+
+def parse_kv_capacity(metrics_text: str) -> int:
+    """Max blocks × tokens per block: the KV tokens one server holds (0 when it exports none)."""
+    return parse_kv_cache(metrics_text).capacity_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class EngineHealth:
+    """What one server's metrics say about its engine(s)."""
+
+    heartbeat: float | None  # the oldest engine's heartbeat (None: no engine exports one yet)
+    capacity_tokens: int
+    free_tokens: int
+    active: int  # requests admitted in the engines
+    waiting: int  # requests queued for admission
+    bulk_tokens: int = 0  # KV held by bulk that people's requests may preempt (quota.capacity.KvCache)
+
+    @property
+    def in_flight(self) -> int:
+        """Requests the server still owes a reply: a drain waits for this to reach 0."""
+        return self.active + self.waiting
+
+    @property
+    def used_fraction(self) -> float | None:
+        """Share of the KV cache in use (None when the server exports no KV gauge)."""
+        if self.capacity_tokens <= 0:
+            return None
+        return 1.0 - self.free_tokens / self.capacity_tokens
+
+
+def parse_engine_health(metrics_text: str) -> EngineHealth:
+    """The heartbeat, KV tokens and request counts in one server's Prometheus text.
+
+    With several engine models on one server the counts are summed and the heartbeat is the
+    oldest one: a server whose one stub died cannot serve the model that uses it.
+    """
+    heartbeats: list[float] = []
+    active = waiting = 0
+    for family in text_string_to_metric_families(metrics_text):
+        for sample in family.samples:
+            if sample.name == HEARTBEAT_METRIC and math.isfinite(sample.value):
+                heartbeats.append(sample.value)
+            elif sample.name == REQUEST_METRIC:
+                kind = sample.labels.get("request_type")
+                if kind == "active":
+                    active += int(sample.value)
+                elif kind == "waiting":
+                    waiting += int(sample.value)
+    kv = parse_kv_cache(metrics_text)
+    return EngineHealth(
+        min(heartbeats, default=None), kv.capacity_tokens, kv.free_tokens, active, waiting, kv.bulk_tokens
+    )

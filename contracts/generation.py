@@ -1,0 +1,124 @@
+"""The seam between the gateway and whatever generates tokens.
+
+The HTTP layer never talks to Triton directly: it hands a `GenerationRequest` to a
+`GenerationBackend` and reads `GenerationDelta`s back. `FleetBackend` (router/fleet_backend.py,
+streaming through router/triton_backend.py) is the real one; unit tests inject a fake through
+`create_app(backend_factory=...)`.
+
+Cancellation contract (both ways must free the server's KV):
+
+- closing the iterator `generate()` returned (`aclose()`, or cancelling the task reading it)
+  cancels the server-side stream;
+- `cancel(request_id)` stops a stream from outside the task that reads it: that `generate()`
+  then yields a last delta with `finish_reason="cancelled"` and ends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+RequestClass = Literal["interactive", "bulk"]
+
+# Values of the `llm` model's `finish_reason` output (docs/tensors.md).
+FINISH_REASONS = frozenset({"stop", "length", "cancelled", "aborted"})
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Token counts of one request. `cached_tokens` is the part of the prompt served from the
+    prefix cache; `completion_tokens` counts tokens generated so far."""
+
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    completion_tokens: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "cached_tokens": self.cached_tokens,
+            "completion_tokens": self.completion_tokens,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationRequest:
+    """One validated generation, as the backend needs it. `None` sampling fields mean "the
+    model's default" and are not sent."""
+
+    request_id: str
+    model_id: str
+    prompt: str
+    max_tokens: int
+    stop: tuple[str, ...] = ()
+    request_class: RequestClass = "interactive"
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    seed: int | None = None
+    ignore_eos: bool = False
+    # Completion tokens already delivered to the client (resume after a server died).
+    resume_token_ids: tuple[int, ...] = ()
+    # Prefix-cache isolation key (the team, once the gateway knows teams).
+    cache_namespace: str = ""
+    # For routing (never sent to a server): the prompt's length in tokens and the chained
+    # hashes of its leading full blocks, namespaced like the cache (router/block_hashes.py).
+    prompt_tokens: int = 0
+    prefix_block_hashes: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationDelta:
+    """What one backend response added. `usage` holds the server's totals so far when it sent
+    them; `finish_reason` is set on the last delta only."""
+
+    text: str = ""
+    token_ids: tuple[int, ...] = ()
+    finish_reason: str | None = None
+    usage: Usage | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PoolReadiness:
+    """Whether one pool's server can take requests, and if not, why."""
+
+    pool_id: str
+    model_id: str
+    ready: bool
+    detail: str = ""
+
+
+class BackendError(Exception):
+    """The backend failed a request (a server-side error, a broken stream)."""
+
+
+class BackendUnavailable(BackendError):
+    """No server could take the request right now; retrying later may succeed."""
+
+    def __init__(self, message: str, retry_after_s: int = 5) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class GenerationBackend(Protocol):
+    """What the gateway needs from the layer that runs models."""
+
+    def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationDelta]:
+        """Stream the deltas of one request; the last one carries `finish_reason`.
+
+        Raises `BackendUnavailable` when no server can take it, `BackendError` on failure.
+        """
+        ...
+
+    async def cancel(self, request_id: str) -> bool:
+        """Stop the in-flight request `request_id`; False if this backend is not running it."""
+        ...
+
+    async def readiness(self) -> list[PoolReadiness]:
+        """One entry per pool: is its server ready with its models loaded."""
+        ...
+
+    async def close(self) -> None:
+        """Release connections; called once at shutdown."""
+        ...

@@ -1,0 +1,259 @@
+"""Bodies of the OpenAI-compatible routes, `/v1/completions` and `/v1/chat/completions`.
+
+Requests are as strict as the rest of the API (no "5" for 5, unknown fields refused, as OpenAI
+refuses them), but shaped for the official SDK and the tools built on it:
+
+- honoured: model, prompt / messages, max_tokens (chat: or max_completion_tokens), stop,
+  stream, stream_options.include_usage, temperature, top_p, seed, n=1, user (ignored);
+- extensions, named as vLLM names them: top_k, ignore_eos;
+- OpenAI fields this gateway cannot honour: accepted at the neutral value clients send by
+  default (null, false, 0, empty); any other value is a 400 naming the field.
+
+Responses are OpenAI's objects: `text_completion`, `chat.completion` and, streamed,
+`text_completion` / `chat.completion.chunk` events.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic_core import PydanticCustomError
+
+from contracts.generation import Usage
+from contracts.schemas import INT32_MAX, INT64_MAX, INT64_MIN, MAX_STOP_STRINGS
+
+FinishReason = Literal["stop", "length"]
+ChatRole = Literal["system", "developer", "user", "assistant"]
+
+
+def _neutral(*allowed: object) -> AfterValidator:
+    """Accept a field this gateway cannot honour only at null or one of its `allowed` no-op values."""
+    shown = " or ".join(["null", *(json.dumps(value) for value in allowed)])
+
+    def check(value: object) -> object:
+        if value is None or any(value == a and type(value) is type(a) for a in allowed):
+            return value
+        raise PydanticCustomError(
+            "unsupported_value", "not supported by this gateway: omit it or send {shown}", {"shown": shown}
+        )
+
+    return AfterValidator(check)
+
+
+def _stop_as_list(value: object) -> object:
+    if value is None:
+        return []
+    return [value] if isinstance(value, str) else value
+
+
+def _one_prompt(value: object) -> object:
+    """A list holding one string is that string; batches and token ids are refused."""
+    if not isinstance(value, list):
+        return value
+    if value and all(isinstance(item, int) for item in value):
+        raise PydanticCustomError("token_prompt", "token-id prompts are not supported: send text")
+    if len(value) != 1:
+        raise PydanticCustomError(
+            "batch_prompt", "one prompt per request; this list holds {count}", {"count": len(value)}
+        )
+    return value[0]
+
+
+def _text_content(value: object) -> object:
+    """Message content: a string, or a list of text parts joined by newlines (as vLLM does)."""
+    if not isinstance(value, list):
+        return value
+    texts: list[str] = []
+    for part in value:
+        if not (isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)):
+            kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+            raise PydanticCustomError("text_only", "only text parts are supported, not '{kind}'", {"kind": kind})
+        texts.append(part["text"])
+    return "\n".join(texts)
+
+
+NonEmptyStr = Annotated[str, Field(min_length=1)]
+StopList = Annotated[
+    list[NonEmptyStr],
+    BeforeValidator(_stop_as_list, json_schema_input_type=str | list[str] | None),
+    Field(max_length=MAX_STOP_STRINGS),
+]
+MaxTokens = Annotated[int, Field(ge=1, le=INT32_MAX)]
+
+
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+    include_usage: bool | None = None
+    include_obfuscation: bool | None = None  # ignored: nothing here needs padding against side channels
+
+
+class _OpenAIRequest(BaseModel):
+    """Fields both routes take (declaration order matters: validators read earlier fields)."""
+
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+    model: NonEmptyStr
+    stream: bool | None = None
+    stream_options: StreamOptions | None = None
+    stop: StopList = []
+    temperature: Annotated[float, Field(ge=0.0, le=2.0)] | None = None
+    top_p: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
+    seed: Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX)] | None = None
+    n: Annotated[Any, _neutral(1)] = None
+    user: str | None = None
+    # Extensions (vLLM's names): pass them through the SDK's `extra_body`.
+    top_k: Annotated[int, Field(ge=0, le=INT32_MAX)] | None = None
+    ignore_eos: bool | None = None
+    # OpenAI fields this gateway cannot honour, accepted at their neutral value.
+    presence_penalty: Annotated[Any, _neutral(0, 0.0)] = None
+    frequency_penalty: Annotated[Any, _neutral(0, 0.0)] = None
+    logit_bias: Annotated[Any, _neutral({})] = None
+
+    @field_validator("stream_options")
+    @classmethod
+    def _only_when_streaming(cls, value: StreamOptions | None, info: ValidationInfo) -> StreamOptions | None:
+        if value is not None and not info.data.get("stream"):
+            raise PydanticCustomError("stream_options", "only allowed with stream: true")
+        return value
+
+    @property
+    def include_usage(self) -> bool:
+        return bool(self.stream_options and self.stream_options.include_usage)
+
+
+class CompletionRequest(_OpenAIRequest):
+    """POST /v1/completions."""
+
+    prompt: Annotated[str, BeforeValidator(_one_prompt, json_schema_input_type=str | list[str]), Field(min_length=1)]
+    max_tokens: MaxTokens = 16  # OpenAI's default for completions
+    logprobs: Annotated[Any, _neutral()] = None
+    echo: Annotated[Any, _neutral(False)] = None
+    best_of: Annotated[Any, _neutral(1)] = None
+    suffix: Annotated[Any, _neutral("")] = None
+
+
+class ChatMessageIn(BaseModel):
+    """One message of a chat request: text content only, no tool calls."""
+
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+    role: ChatRole
+    content: Annotated[str, BeforeValidator(_text_content, json_schema_input_type=str | list[dict[str, str]])]
+    name: str | None = None  # accepted, not shown to the model (templates have no place for it)
+    refusal: Annotated[Any, _neutral()] = None
+    tool_calls: Annotated[Any, _neutral([])] = None
+    function_call: Annotated[Any, _neutral()] = None
+
+
+class ChatCompletionRequest(_OpenAIRequest):
+    """POST /v1/chat/completions. Without max_tokens the reply may fill the rest of the context."""
+
+    messages: Annotated[list[ChatMessageIn], Field(min_length=1)]
+    max_tokens: MaxTokens | None = None
+    max_completion_tokens: MaxTokens | None = None
+    logprobs: Annotated[Any, _neutral(False)] = None
+    top_logprobs: Annotated[Any, _neutral(0)] = None
+    tools: Annotated[Any, _neutral([])] = None
+    tool_choice: Annotated[Any, _neutral("none")] = None
+    parallel_tool_calls: bool | None = None  # meaningless without tools
+    response_format: Annotated[Any, _neutral({"type": "text"})] = None
+    service_tier: Annotated[Any, _neutral("auto", "default")] = None
+    store: Annotated[Any, _neutral(False)] = None
+    metadata: dict[str, str] | None = None  # only for stored completions, which there are none of
+
+    @field_validator("max_completion_tokens")
+    @classmethod
+    def _agrees_with_max_tokens(cls, value: int | None, info: ValidationInfo) -> int | None:
+        other = info.data.get("max_tokens")
+        if value is not None and other is not None and other != value:
+            raise PydanticCustomError(
+                "max_tokens_conflict", "differs from max_tokens ({other}): send one of them", {"other": other}
+            )
+        return value
+
+    @property
+    def completion_limit(self) -> int | None:
+        return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+
+
+class PromptTokensDetails(BaseModel):
+    cached_tokens: int
+
+
+class CompletionUsage(BaseModel):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+    prompt_tokens_details: PromptTokensDetails
+
+    @classmethod
+    def of(cls, usage: Usage) -> CompletionUsage:
+        return cls(
+            prompt_tokens=usage.prompt_tokens,
+            completion_tokens=usage.completion_tokens,
+            total_tokens=usage.prompt_tokens + usage.completion_tokens,
+            prompt_tokens_details=PromptTokensDetails(cached_tokens=usage.cached_tokens),
+        )
+
+
+class CompletionChoice(BaseModel):
+    index: int = 0
+    text: str
+    logprobs: None = None
+    finish_reason: FinishReason | None
+
+
+class Completion(BaseModel):
+    """A whole `/v1/completions` reply, and (with `usage` null) each streamed event."""
+
+    id: str
+    object: Literal["text_completion"] = "text_completion"
+    created: int
+    model: str
+    choices: list[CompletionChoice]
+    usage: CompletionUsage | None = None
+
+
+class ChatMessageOut(BaseModel):
+    role: Literal["assistant"] = "assistant"
+    content: str
+
+
+class ChatChoice(BaseModel):
+    index: int = 0
+    message: ChatMessageOut
+    logprobs: None = None
+    finish_reason: FinishReason
+
+
+class ChatCompletion(BaseModel):
+    id: str
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int
+    model: str
+    choices: list[ChatChoice]
+    usage: CompletionUsage
+
+
+class ChatDelta(BaseModel):
+    role: Literal["assistant"] | None = None
+    content: str | None = None
+
+
+class ChatChunkChoice(BaseModel):
+    index: int = 0
+    delta: ChatDelta
+    logprobs: None = None
+    finish_reason: FinishReason | None = None
+
+
+class ChatCompletionChunk(BaseModel):
+    id: str
+    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
+    created: int
+    model: str
+    choices: list[ChatChunkChoice]
+    usage: CompletionUsage | None = None

@@ -1,0 +1,139 @@
+"""Request and response bodies of the HTTP API (pydantic, at the edge only).
+
+Requests are strict (no "5" for 5, no 1.0 for 1, no true for 1) and refuse unknown fields, so
+a typo such as `temprature` is a 400 that names it rather than a silently ignored setting.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+
+from contracts.generation import RequestClass
+
+MAX_STOP_STRINGS = 4
+INT32_MAX = 2**31 - 1
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+# The admin key acts for a team by naming it here (the bulk dispatcher does, for each entry).
+TEAM_HEADER = "X-Switchyard-Team"
+
+RequestId = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:-]+$")]
+
+
+def _stop_as_list(value: object) -> object:
+    """`stop` may be one string or a list of them; the model always holds a list."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list):
+        return value
+    raise ValueError(f"must be a string or a list of at most {MAX_STOP_STRINGS} strings")
+
+
+class GenerateBody(BaseModel):
+    """POST /v1/generate."""
+
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+    model: Annotated[str, Field(min_length=1)]
+    prompt: Annotated[str, Field(min_length=1)]
+    max_tokens: Annotated[int, Field(ge=1, le=INT32_MAX)]
+    stop: Annotated[
+        list[Annotated[str, Field(min_length=1)]],
+        BeforeValidator(_stop_as_list, json_schema_input_type=str | list[str]),
+        Field(max_length=MAX_STOP_STRINGS),
+    ] = []
+    request_class: RequestClass | None = Field(None, alias="class")  # None: the team's default_class
+    stream: bool = False
+    request_id: RequestId | None = None
+    temperature: Annotated[float, Field(ge=0.0, le=2.0)] | None = None
+    top_p: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
+    top_k: Annotated[int, Field(ge=0, le=INT32_MAX)] | None = None
+    seed: Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX)] | None = None
+    ignore_eos: bool = False
+
+
+class UsageBody(BaseModel):
+    prompt_tokens: int
+    cached_tokens: int
+    completion_tokens: int
+
+
+class GenerateResponse(BaseModel):
+    """The whole reply of a non-streamed POST /v1/generate."""
+
+    request_id: str
+    model: str
+    text: str
+    stop_reason: str
+    usage: UsageBody
+
+
+class CancelResponse(BaseModel):
+    """DELETE /v1/generate/{request_id}: `cancelled`, or `completed` if it ended first."""
+
+    request_id: str
+    status: Literal["cancelled", "completed", "failed"]
+    usage: UsageBody
+
+
+class ModelCard(BaseModel):
+    id: str
+    object: Literal["model"] = "model"
+    owned_by: str = "switchyard"
+    max_context_tokens: int
+
+
+class ModelList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[ModelCard]
+
+
+class PoolStatus(BaseModel):
+    pool_id: str
+    model_id: str
+    ready: bool
+    detail: str
+
+
+class ReadinessBody(BaseModel):
+    status: Literal["ready", "not_ready"]
+    pools: list[PoolStatus]
+
+
+class ErrorDetail(BaseModel):
+    type: str
+    message: str
+    param: str | None = None
+
+
+class ErrorBody(BaseModel):
+    """Every error the gateway returns, whatever the status."""
+
+    error: ErrorDetail
+
+
+def error_responses(*codes: int) -> dict[int | str, dict[str, object]]:
+    """OpenAPI `responses` for routes that answer these statuses with an ErrorBody."""
+    return {code: {"model": ErrorBody} for code in codes}
+
+
+# What a valid value looks like, per request field: validation errors quote these so a 400
+# says what to send instead, not only what was wrong.
+FIELD_HINTS: dict[str, str] = {
+    "model": "a model id (a string) from GET /v1/models",
+    "prompt": "a non-empty string",
+    "max_tokens": "an integer >= 1, the most completion tokens to generate",
+    "stop": f"a string or a list of at most {MAX_STOP_STRINGS} non-empty strings",
+    "class": "'interactive' or 'bulk'",
+    "stream": "true or false",
+    "request_id": "1-128 characters from A-Z, a-z, 0-9 and . _ : -",
+    "temperature": "a number from 0 to 2",
+    "top_p": "a number greater than 0 and at most 1",
+    "top_k": "an integer >= 0 (0: off)",
+    "seed": "a 64-bit integer",
+    "ignore_eos": "true or false",
+}

@@ -1,0 +1,1 @@
+"""Starting and stopping the processes of one machine: Redis, tritonserver, the server wrapper."""
