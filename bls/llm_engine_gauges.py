@@ -1,7 +1,7 @@
 """Switchyard's engine gauges, published by `llm` for an engine that cannot publish them.
 
 TensorRT-LLM's C++ backend exports the `nv_trt_llm_*` gauges the router scores servers by, but
-not Switchyard's own two (contracts/engine_metrics.py):
+not Switchyard's own two (contracts/metric_names.py):
 
     switchyard_engine_requests{request_class}   unfinished engine requests, by class
     switchyard_engine_heartbeat                 Unix time, advancing while the publisher lives
@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from bls.metrics import GaugeSample, TritonEngineMetrics
-from contracts.engine_metrics import CLASS_METRIC
+from contracts.metric_names import CLASS_METRIC
 from engine.request import EngineRequest, RequestClass
 
 logger = logging.getLogger(__name__)

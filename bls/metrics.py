@@ -16,7 +16,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from contracts.engine_metrics import (
+from contracts.metric_names import (
     CLASS_METRIC,
     HEARTBEAT_METRIC,
     KV_CACHE_BLOCK_METRIC,

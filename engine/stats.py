@@ -2,7 +2,7 @@
 
 The router scores servers from these numbers whichever engine runs there, so the fields map
 one to one onto the labels of TensorRT-LLM's Triton backend metrics (their names and parsers are
-in contracts/engine_metrics.py; bls/metrics.py exports them).
+in contracts/metric_names.py; bls/metrics.py exports them).
 """
 
 from __future__ import annotations
