@@ -1,0 +1,46 @@
+"""Parsing one server's metrics text into EngineHealth: heartbeat, KV tokens, requests.
+
+(The KV parse alone, `parse_kv_cache`, is tested with pool capacity in tests/quota/test_capacity.py.)
+"""
+
+from __future__ import annotations
+
+from contracts.engine_metrics import EngineHealth, parse_engine_health
+
+METRICS = """\
+# HELP nv_trt_llm_kv_cache_block_metrics KV cache blocks
+# TYPE nv_trt_llm_kv_cache_block_metrics gauge
+nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="max",model="cpu_engine",version="1"} 512
+nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="free",model="cpu_engine",version="1"} 384
+nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="tokens_per",model="cpu_engine",version="1"} 16
+# HELP nv_trt_llm_request_metrics Requests
+# TYPE nv_trt_llm_request_metrics gauge
+nv_trt_llm_request_metrics{request_type="active",model="cpu_engine",version="1"} 3
+nv_trt_llm_request_metrics{request_type="max",model="cpu_engine",version="1"} 16
+nv_trt_llm_request_metrics{request_type="waiting",model="cpu_engine",version="1"} 2
+# HELP switchyard_engine_heartbeat Unix time of the engine host's latest pass
+# TYPE switchyard_engine_heartbeat gauge
+switchyard_engine_heartbeat{model="cpu_engine",version="1"} 1732884000.123456
+# HELP switchyard_engine_kv_blocks KV cache blocks held by admitted requests, by class
+# TYPE switchyard_engine_kv_blocks gauge
+switchyard_engine_kv_blocks{model="cpu_engine",request_class="interactive",version="1"} 100
+switchyard_engine_kv_blocks{model="cpu_engine",request_class="bulk",version="1"} 28
+"""
+
+
+def test_parse_reads_heartbeat_kv_and_requests() -> None:
+    health = parse_engine_health(METRICS)
+    assert health == EngineHealth(1732884000.123456, 512 * 16, 384 * 16, 3, 2, bulk_tokens=28 * 16)
+    assert health.in_flight == 5
+    assert health.used_fraction == 0.25
+
+
+def test_a_server_still_loading_exports_nothing() -> None:
+    health = parse_engine_health("# HELP nv_inference_count x\n# TYPE nv_inference_count counter\n")
+    assert health == EngineHealth(None, 0, 0, 0, 0)
+    assert health.used_fraction is None
+
+
+def test_with_two_engines_the_oldest_heartbeat_counts() -> None:
+    two = METRICS + 'switchyard_engine_heartbeat{model="other",version="1"} 1732883990.5\n'
+    assert parse_engine_health(two).heartbeat == 1732883990.5
