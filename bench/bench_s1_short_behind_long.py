@@ -71,11 +71,16 @@ def engine_only(
 
     try:
         idle = short("idle")
-        for i in range(LONG_REPLIES):
+        longs = [
             loop.submit(
                 EngineRequest(f"long-{i}", tuple(long_ids), SamplingParams(max_tokens=LONG_TOKENS, ignore_eos=True))
             )
-        time.sleep(2.0)
+            for i in range(LONG_REPLIES)
+        ]
+        # Measure once every long reply is decoding (its first token out), not after a fixed time.
+        for stream in longs:
+            if stream.wait(timeout=60) is None:
+                raise RuntimeError("engine stalled")
         loaded = short("loaded")
     finally:
         loop.stop(timeout=10)

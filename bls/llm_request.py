@@ -1,27 +1,26 @@
-"""The `llm` model's inputs (docs/tensors.md), read and validated once at the edge."""
+"""The `llm` model's inputs (contracts/llm_tensors.py), read and validated once at the edge."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
 from bls.engine_tensors import read_request_class, read_sampling
-from bls.tensors import (
-    InputError,
-    Outputs,
-    TensorSource,
-    bool_scalar,
-    bytes_tensor,
-    fp32_scalar,
-    int32_scalar,
-    int32_tensor,
-    int64_scalar,
-    read_bool,
-    read_int_list,
-    read_str,
-    read_str_list,
-    text_tensor,
-)
+from bls.tensors import InputError, Outputs, TensorSource, read_bool, read_int_list, read_str, read_str_list
 from bls.tokenizer import StopTokenSequences
+from contracts.llm_tensors import (
+    CACHE_NAMESPACE,
+    IGNORE_EOS,
+    MAX_TOKENS,
+    REQUEST_CLASS,
+    RESUME_TOKEN_IDS,
+    SEED,
+    STOP,
+    STREAM,
+    TEMPERATURE,
+    TEXT_INPUT,
+    TOP_K,
+    TOP_P,
+)
 from engine.request import EngineRequest, RequestClass, SamplingParams
 
 
@@ -50,20 +49,23 @@ class LlmRequest:
 
 
 def parse_llm_request(src: TensorSource) -> LlmRequest:
-    """Read one `llm` request; InputError names the input that is wrong."""
-    prompt = read_str(src, "text_input")
+    """Read one `llm` request; InputError names the input that is wrong.
+
+    The sampling inputs and `request_class` are read by the helpers `cpu_engine` shares
+    (bls/engine_tensors.py): the engine's inputs of those names are `llm`'s."""
+    prompt = read_str(src, TEXT_INPUT.name)
     if not prompt:
-        raise InputError("text_input must not be empty")
+        raise InputError(f"{TEXT_INPUT.name} must not be empty")
     if src.get("stop_token_ids") is not None:
         raise InputError("llm takes stop strings in 'stop', not 'stop_token_ids'")
     return LlmRequest(
         prompt=prompt,
         sampling=read_sampling(src, StopTokenSequences((), ())),
-        stops=tuple(s for s in read_str_list(src, "stop") if s),
-        stream=read_bool(src, "stream", True),
+        stops=tuple(s for s in read_str_list(src, STOP.name) if s),
+        stream=read_bool(src, STREAM.name, True),
         request_class=read_request_class(src),
-        resume_token_ids=read_int_list(src, "resume_token_ids"),
-        cache_namespace=read_str(src, "cache_namespace", ""),
+        resume_token_ids=read_int_list(src, RESUME_TOKEN_IDS.name),
+        cache_namespace=read_str(src, CACHE_NAMESPACE.name, ""),
     )
 
 
@@ -71,20 +73,20 @@ def llm_request_tensors(request: LlmRequest) -> Outputs:
     """The tensors a client sends to `llm` for `request` (tests and in-process callers)."""
     sampling = request.sampling
     tensors: Outputs = {
-        "text_input": text_tensor(request.prompt),
-        "max_tokens": int32_scalar(sampling.max_tokens),
-        "stream": bool_scalar(request.stream),
-        "request_class": text_tensor(request.request_class.value),
-        "temperature": fp32_scalar(sampling.temperature),
-        "top_p": fp32_scalar(sampling.top_p),
-        "top_k": int32_scalar(sampling.top_k),
-        "ignore_eos": bool_scalar(sampling.ignore_eos),
-        "cache_namespace": text_tensor(request.cache_namespace),
+        TEXT_INPUT.name: TEXT_INPUT.array([request.prompt]),
+        MAX_TOKENS.name: MAX_TOKENS.array([sampling.max_tokens]),
+        STREAM.name: STREAM.array([request.stream]),
+        REQUEST_CLASS.name: REQUEST_CLASS.array([request.request_class.value]),
+        TEMPERATURE.name: TEMPERATURE.array([sampling.temperature]),
+        TOP_P.name: TOP_P.array([sampling.top_p]),
+        TOP_K.name: TOP_K.array([sampling.top_k]),
+        IGNORE_EOS.name: IGNORE_EOS.array([sampling.ignore_eos]),
+        CACHE_NAMESPACE.name: CACHE_NAMESPACE.array([request.cache_namespace]),
     }
     if request.stops:
-        tensors["stop"] = bytes_tensor(request.stops)
+        tensors[STOP.name] = STOP.array(request.stops)
     if sampling.seed is not None:
-        tensors["seed"] = int64_scalar(sampling.seed)
+        tensors[SEED.name] = SEED.array([sampling.seed])
     if request.resume_token_ids:
-        tensors["resume_token_ids"] = int32_tensor(request.resume_token_ids)
+        tensors[RESUME_TOKEN_IDS.name] = RESUME_TOKEN_IDS.array(request.resume_token_ids)
     return tensors

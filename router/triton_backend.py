@@ -12,7 +12,7 @@ the KV blocks.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from typing import Any, Protocol
 
 import grpc
@@ -27,6 +27,27 @@ from contracts.generation import (
     GenerationRequest,
     PoolReadiness,
     Usage,
+)
+from contracts.llm_tensors import (
+    CACHE_NAMESPACE,
+    CACHED_TOKENS,
+    COMPLETION_TOKENS,
+    FINISH_REASON,
+    IGNORE_EOS,
+    MAX_TOKENS,
+    OUTPUT_TOKEN_IDS,
+    PROMPT_TOKENS,
+    REQUEST_CLASS,
+    RESUME_TOKEN_IDS,
+    SEED,
+    STOP,
+    STREAM,
+    TEMPERATURE,
+    TEXT_INPUT,
+    TEXT_OUTPUT,
+    TOP_K,
+    TOP_P,
+    LlmInput,
 )
 
 LLM_MODEL = "llm"
@@ -144,55 +165,53 @@ class TritonBackend:
 
 
 def build_inputs(request: GenerationRequest) -> list[InferInput]:
-    """The `llm` input tensors of docs/tensors.md; optional ones only when they differ from
-    the model's default, so the model's defaults stay the single source of truth."""
+    """The `llm` input tensors (contracts/llm_tensors.py); optional ones only when they differ
+    from the model's default, so the model's defaults stay the single source of truth."""
     inputs = [
-        _tensor("text_input", np.array([request.prompt.encode()], dtype=np.object_), "BYTES"),
-        _tensor("max_tokens", np.array([request.max_tokens], dtype=np.int32), "INT32"),
-        _tensor("stream", np.array([True], dtype=np.bool_), "BOOL"),
-        _tensor("request_class", np.array([request.request_class.encode()], dtype=np.object_), "BYTES"),
+        _tensor(TEXT_INPUT, [request.prompt]),
+        _tensor(MAX_TOKENS, [request.max_tokens]),
+        _tensor(STREAM, [True]),
+        _tensor(REQUEST_CLASS, [request.request_class]),
     ]
     if request.stop:
-        stop = np.array([s.encode() for s in request.stop], dtype=np.object_)
-        inputs.append(_tensor("stop", stop, "BYTES"))
+        inputs.append(_tensor(STOP, request.stop))
     if request.temperature is not None:
-        inputs.append(_tensor("temperature", np.array([request.temperature], dtype=np.float32), "FP32"))
+        inputs.append(_tensor(TEMPERATURE, [request.temperature]))
     if request.top_p is not None:
-        inputs.append(_tensor("top_p", np.array([request.top_p], dtype=np.float32), "FP32"))
+        inputs.append(_tensor(TOP_P, [request.top_p]))
     if request.top_k is not None:
-        inputs.append(_tensor("top_k", np.array([request.top_k], dtype=np.int32), "INT32"))
+        inputs.append(_tensor(TOP_K, [request.top_k]))
     if request.seed is not None:
-        inputs.append(_tensor("seed", np.array([request.seed], dtype=np.int64), "INT64"))
+        inputs.append(_tensor(SEED, [request.seed]))
     if request.ignore_eos:
-        inputs.append(_tensor("ignore_eos", np.array([True], dtype=np.bool_), "BOOL"))
+        inputs.append(_tensor(IGNORE_EOS, [True]))
     if request.resume_token_ids:
-        resume = np.array(request.resume_token_ids, dtype=np.int32)
-        inputs.append(_tensor("resume_token_ids", resume, "INT32"))
+        inputs.append(_tensor(RESUME_TOKEN_IDS, request.resume_token_ids))
     if request.cache_namespace:
-        namespace = np.array([request.cache_namespace.encode()], dtype=np.object_)
-        inputs.append(_tensor("cache_namespace", namespace, "BYTES"))
+        inputs.append(_tensor(CACHE_NAMESPACE, [request.cache_namespace]))
     return inputs
 
 
 def parse_response(result: InferResult) -> GenerationDelta:
     """One `llm` response as a delta. Missing outputs read as empty (the model may leave out
     what did not change)."""
-    text = _first_bytes(result.as_numpy("text_output")).decode("utf-8", errors="replace")
-    token_ids = _int_tuple(result.as_numpy("output_token_ids"))
-    finish = _first_bytes(result.as_numpy("finish_reason")).decode() or None
-    prompt = _first_int(result.as_numpy("prompt_tokens"))
+    text = _first_bytes(result.as_numpy(TEXT_OUTPUT)).decode("utf-8", errors="replace")
+    token_ids = _int_tuple(result.as_numpy(OUTPUT_TOKEN_IDS))
+    finish = _first_bytes(result.as_numpy(FINISH_REASON)).decode() or None
+    prompt = _first_int(result.as_numpy(PROMPT_TOKENS))
     usage = None
     if prompt is not None:
         usage = Usage(
             prompt_tokens=prompt,
-            cached_tokens=_first_int(result.as_numpy("cached_tokens")) or 0,
-            completion_tokens=_first_int(result.as_numpy("completion_tokens")) or 0,
+            cached_tokens=_first_int(result.as_numpy(CACHED_TOKENS)) or 0,
+            completion_tokens=_first_int(result.as_numpy(COMPLETION_TOKENS)) or 0,
         )
     return GenerationDelta(text=text, token_ids=token_ids, finish_reason=finish, usage=usage)
 
 
-def _tensor(name: str, data: np.ndarray[Any, Any], datatype: str) -> InferInput:
-    tensor = InferInput(name, list(data.shape), datatype)
+def _tensor(spec: LlmInput, values: Sequence[str | int | float | bool]) -> InferInput:
+    data = spec.array(values)
+    tensor = InferInput(spec.name, list(data.shape), spec.datatype)
     tensor.set_data_from_numpy(data)
     return tensor
 

@@ -1,0 +1,95 @@
+"""The `llm` model as its Triton shell runs it: built once from config.pbtxt, then serving.
+
+    config.pbtxt parameters ─▶ LlmModel.on_triton ─┬─ executor (max_streams threads)
+                                                   ├─ postprocessor (postprocess_in_process)
+                                                   ├─ engine dialect, and gauges when the
+                                                   │  engine cannot publish its own
+                                                   └─ TritonStages ─▶ LlmPipeline
+    execute(requests) ─▶ one pipeline run per request, all at once on the stub's event loop
+    close()           ─▶ gauges stopped, executor shut down
+
+The shell (model_repository/llm/1/model.py) keeps Triton's lifecycle only; everything here
+takes `pb_utils` as an argument, so it is tested with a fake one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from bls.llm_engine_gauges import LlmEngineGauges
+from bls.llm_pipeline import LlmPipeline
+from bls.model_config import (
+    engine_dialect_from_parameters,
+    model_parameters,
+    param_bool,
+    param_int,
+    param_path,
+    param_str,
+)
+from bls.postprocessing import Postprocessor
+from bls.tokenizer import PromptTokenizer
+from bls.triton_bindings import PbResponseSink, PbTensorSource, RequestIds
+from bls.triton_stages import TritonStages
+
+
+class LlmModel:
+    """The loaded `llm` model: its pipeline, and what must be released at unload."""
+
+    def __init__(
+        self,
+        pb_utils: Any,
+        pipeline: LlmPipeline,
+        executor: ThreadPoolExecutor,
+        gauges: LlmEngineGauges | None = None,
+    ) -> None:
+        self._pb = pb_utils
+        self._pipeline = pipeline
+        self._executor = executor
+        self._gauges = gauges
+        self._ids = RequestIds("llm")
+
+    @classmethod
+    def on_triton(cls, pb_utils: Any, model_config: Mapping[str, Any], model_name: str, model_version: str) -> LlmModel:
+        """Build from the model config Triton hands `initialize` (parsed from its JSON);
+        ModelConfigError names a parameter that is missing or wrong."""
+        params = model_parameters(model_config)
+        postprocessor = None
+        if param_bool(params, "postprocess_in_process"):
+            postprocessor = Postprocessor(PromptTokenizer.from_model_dir(param_path(params, "model_dir")))
+        dialect = engine_dialect_from_parameters(params)
+        engine_model = param_str(params, "engine_model_name")
+        # One worker thread per reply waiting on the engine (see bls/triton_stages.py).
+        executor = ThreadPoolExecutor(max_workers=param_int(params, "max_streams"), thread_name_prefix="llm")
+        # An engine that cannot publish Switchyard's heartbeat and per-class gauges (the C++
+        # backend): llm sees every engine request, so it publishes them (bls/llm_engine_gauges.py).
+        gauges = None
+        if not dialect.engine_publishes_switchyard_metrics:
+            labels = {"model": model_name, "version": model_version}
+            gauges = LlmEngineGauges.on_triton(pb_utils.MetricFamily, labels)
+            gauges.start()
+        stages = TritonStages(
+            pb_utils, engine_model, executor, postprocessor=postprocessor, dialect=dialect, observer=gauges
+        )
+        return cls(pb_utils, LlmPipeline(stages), executor, gauges)
+
+    async def execute(self, requests: Iterable[Any]) -> None:
+        """Serve Triton requests; each one is answered on its own response sender."""
+        await asyncio.gather(
+            *(
+                self._pipeline.run(
+                    self._ids.for_request(request.request_id()),
+                    PbTensorSource.of_request(self._pb, request),
+                    PbResponseSink(self._pb, request),
+                )
+                for request in requests
+            )
+        )
+
+    def close(self) -> None:
+        """Stop the gauges' thread and the workers; replies still waiting are dropped."""
+        if self._gauges is not None:
+            self._gauges.stop()
+        self._executor.shutdown(wait=False, cancel_futures=True)

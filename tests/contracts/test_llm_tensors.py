@@ -1,0 +1,162 @@
+"""The `llm` contract holds end to end: what the gateway sends is what the BLS model reads, what
+the BLS model answers is what the gateway reads, and config.pbtxt declares the same tensors.
+
+Each side is tested alone elsewhere (tests/router/test_triton_backend.py, tests/bls/); here
+the gateway's real tensors go through the BLS model's real parser, so renaming or retyping a
+tensor on one side only fails.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from google.protobuf import text_format
+from tritonclient.grpc import InferInput, model_config_pb2
+from tritonclient.utils import deserialize_bytes_tensor, triton_to_np_dtype
+
+from bls.llm_pipeline import LlmPipeline
+from bls.llm_request import LlmRequest, parse_llm_request
+from bls.postprocessing import PostprocessResult, PostprocessState
+from bls.preprocessing import Preprocessed
+from bls.tensors import Array, DictTensorSource, Outputs
+from bls.tokenizer import StopTokenSequences
+from contracts.generation import GenerationDelta, GenerationRequest, Usage
+from contracts.llm_tensors import LLM_INPUTS, LLM_OUTPUT_NAMES
+from engine.request import EngineRequest, FinishReason, RequestClass, RequestOutput, SamplingParams
+from router.triton_backend import build_inputs, parse_response
+
+LLM_CONFIG = Path(__file__).resolve().parents[2] / "model_repository" / "llm" / "config.pbtxt"
+
+EVERY_OPTION = GenerationRequest(
+    request_id="r1",
+    model_id="small",
+    prompt="héllo 🚀",
+    max_tokens=9,
+    stop=("\n", "END"),
+    request_class="bulk",
+    temperature=0.5,
+    top_p=0.75,
+    top_k=40,
+    seed=2**40,
+    ignore_eos=True,
+    resume_token_ids=(3, 4),
+    cache_namespace="team-a",
+)
+
+
+def as_served(tensor: InferInput) -> Array:
+    """The array the `llm` model gets for `tensor`: its wire bytes decoded as Triton does."""
+    content = tensor._get_content()
+    if tensor.datatype() == "BYTES":
+        array: Array = deserialize_bytes_tensor(content)
+    else:
+        array = np.frombuffer(content, dtype=triton_to_np_dtype(tensor.datatype()))
+    return array.reshape(tensor.shape())
+
+
+def served(request: GenerationRequest) -> dict[str, Array]:
+    return {t.name(): as_served(t) for t in build_inputs(request)}
+
+
+def test_every_field_the_gateway_sends_arrives_in_the_bls_model() -> None:
+    assert parse_llm_request(DictTensorSource(served(EVERY_OPTION))) == LlmRequest(
+        prompt="héllo 🚀",
+        sampling=SamplingParams(max_tokens=9, temperature=0.5, top_p=0.75, top_k=40, seed=2**40, ignore_eos=True),
+        stops=("\n", "END"),
+        stream=True,
+        request_class=RequestClass.BULK,
+        resume_token_ids=(3, 4),
+        cache_namespace="team-a",
+    )
+
+
+def test_a_plain_request_reads_as_the_models_defaults() -> None:
+    plain = GenerationRequest(request_id="r2", model_id="small", prompt="hi", max_tokens=3)
+    assert parse_llm_request(DictTensorSource(served(plain))) == LlmRequest(
+        prompt="hi", sampling=SamplingParams(max_tokens=3)
+    )
+
+
+def test_the_gateway_sends_every_input_with_the_tables_types() -> None:
+    inputs = {t.name(): t for t in build_inputs(EVERY_OPTION)}
+    assert set(inputs) == {spec.name for spec in LLM_INPUTS}
+    for spec in LLM_INPUTS:
+        tensor = inputs[spec.name]
+        assert tensor.datatype() == spec.datatype, spec.name
+        assert as_served(tensor).dtype == np.dtype(spec.dtype), spec.name
+        assert (tensor.shape() == [1]) != spec.is_list, spec.name
+
+
+def declared(config: Any) -> list[tuple[str, str, list[int], bool]]:
+    """(name, wire datatype, dims, required) of each input Triton's config declares."""
+    wire = {"STRING": "BYTES"}  # config.pbtxt's TYPE_STRING is BYTES on the wire
+    rows = []
+    for tensor in config.input:
+        datatype = model_config_pb2.DataType.Name(tensor.data_type).removeprefix("TYPE_")
+        rows.append((tensor.name, wire.get(datatype, datatype), list(tensor.dims), not tensor.optional))
+    return rows
+
+
+def test_config_pbtxt_declares_the_tables_tensors() -> None:
+    config = text_format.Parse(LLM_CONFIG.read_text(), model_config_pb2.ModelConfig())
+    assert declared(config) == [
+        (spec.name, spec.datatype, [-1] if spec.is_list else [1], spec.required) for spec in LLM_INPUTS
+    ]
+    assert tuple(tensor.name for tensor in config.output) == LLM_OUTPUT_NAMES
+
+
+class OneResponseStages:
+    """Stages whose engine writes `token_ids` in one finished output, detokenized as `text`."""
+
+    def __init__(self, token_ids: tuple[int, ...], text: str) -> None:
+        self.token_ids, self.text = token_ids, text
+
+    async def preprocess(self, prompt: str, stops: Sequence[str]) -> Preprocessed:
+        return Preprocessed((1, 7, 8, 9), StopTokenSequences((), ()))
+
+    async def generate(self, request: EngineRequest) -> AsyncGenerator[RequestOutput, None]:
+        yield RequestOutput(request.request_id, self.token_ids, True, FinishReason.LENGTH, 4, 2, len(self.token_ids))
+
+    async def cancel(self, request_id: str) -> None:
+        raise AssertionError("nothing to cancel")
+
+    async def postprocess(
+        self, token_ids: Sequence[int], state: PostprocessState, stops: Sequence[str], *, is_final: bool
+    ) -> PostprocessResult:
+        return PostprocessResult(self.text, state, stop_hit=False)
+
+
+class Sink:
+    def __init__(self) -> None:
+        self.sent: list[tuple[Outputs | None, bool, str | None]] = []
+
+    def send(self, outputs: Outputs | None, *, final: bool, error: str | None = None) -> None:
+        self.sent.append((outputs, final, error))
+
+    def is_cancelled(self) -> bool:
+        return False
+
+
+class Result:
+    """tritonclient's InferResult as far as `parse_response` reads it."""
+
+    def __init__(self, outputs: Outputs) -> None:
+        self._outputs = outputs
+
+    def as_numpy(self, name: str) -> Array | None:
+        return self._outputs.get(name)
+
+
+async def test_what_the_bls_model_answers_the_gateway_reads() -> None:
+    sink = Sink()
+    stages = OneResponseStages((5, 6, 7), "héllo")
+    await LlmPipeline(stages).run("r1", DictTensorSource(served(EVERY_OPTION)), sink)
+    [(outputs, final, error)] = sink.sent
+    assert final and error is None and outputs is not None
+    assert tuple(outputs) == LLM_OUTPUT_NAMES
+    assert parse_response(Result(outputs)) == GenerationDelta(
+        text="héllo", token_ids=(5, 6, 7), finish_reason="length", usage=Usage(4, 2, 3)
+    )
