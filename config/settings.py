@@ -238,6 +238,9 @@ class ServingSpec(_Strict):
 class GatewaySpec(_Strict):
     host: str = "127.0.0.1"
     port: Annotated[int, Field(ge=1, le=65535)] = 8000
+    # How long a finished request's result stays for repeats of its caller-made request_id (a
+    # request without one keeps nothing after its end).
+    idempotency_ttl_s: Annotated[int, Field(ge=60)] = 24 * 3600
 
 
 class RedisSpec(_Strict):

@@ -24,13 +24,13 @@ from contracts.catalog import ModelCatalog
 from contracts.chat_template import ChatTemplates
 from contracts.generation import GenerationBackend
 from gateway.auth import install_auth
-from gateway.cancel_bus import CancelBus
 from gateway.deps import Services
 from gateway.error_handlers import install_error_handlers
 from gateway.generation import GenerationService
 from gateway.idempotency import IdempotencyStore
 from gateway.metering import install_metering
 from gateway.metrics import GatewayMetrics
+from gateway.request_bus import RequestBus
 from gateway.requests_registry import RequestRegistry
 from gateway.routes import api_router
 from gateway.settings import GatewaySettings
@@ -108,20 +108,20 @@ def create_app(
             source = (
                 capacity if capacity is not None else await stack.enter_async_context(_polled_capacity(loaded, backend))
             )
-            cancel_bus = CancelBus(redis_client, registry.cancel)
-            await cancel_bus.start()
-            stack.push_async_callback(cancel_bus.close)
+            bus = RequestBus(redis_client)
             admission = Admission(loaded, redis_client, source)
             generation = GenerationService(
                 loaded,
                 catalog,
                 registry,
-                idempotency=IdempotencyStore(redis_client),
+                idempotency=IdempotencyStore(redis_client, ttl_s=loaded.gateway.idempotency_ttl_s),
                 admission=admission,
                 metering=metering,
-                cancel_bus=cancel_bus,
+                bus=bus,
                 metrics=app.state.metrics,
             )
+            await bus.start(generation.on_bus_message)
+            stack.push_async_callback(bus.close)
             templates = ChatTemplates(loaded)
             app.state.chat_templates = templates  # the chat route's, shared with batch validation
             intake = BatchIntake(loaded, redis_client, LocalBlobStore(loaded.blob_path), catalog, templates)

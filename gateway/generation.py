@@ -28,10 +28,10 @@ from contracts.errors import ApiError, model_not_found, request_conflict
 from contracts.generation import BackendError, GenerationDelta, GenerationRequest, RequestClass, Usage
 from contracts.prompt_context import check_context, encode_prompt
 from gateway.auth import Principal, require_model_access
-from gateway.cancel_bus import CancelBus
-from gateway.idempotency import ClaimState, IdempotencyStore, StoredDelta
+from gateway.idempotency import ClaimState, IdempotencyStore, RecordGone
 from gateway.metering import Metering
 from gateway.metrics import GatewayMetrics
+from gateway.request_bus import BusMessage, RequestBus
 from gateway.requests_registry import InflightRequest, RequestIdInUse, RequestRegistry
 from quota.admission import Admission, AdmissionRefused
 from quota.leases import Lease
@@ -39,6 +39,14 @@ from quota.usage import UsageRecord
 from router.block_hashes import DEFAULT_MAX_BLOCKS, prompt_block_hashes
 
 logger = logging.getLogger(__name__)
+
+# A request another process follows is mirrored to Redis at most this often: a few writes a
+# second, whatever the reply's pace.
+MIRROR_INTERVAL_S = 0.25
+
+
+class RequestEnded(BackendError):
+    """The request ended before this process could follow it, and kept no record."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +84,7 @@ class GenerationService:
         idempotency: IdempotencyStore,
         admission: Admission,
         metering: Metering,
-        cancel_bus: CancelBus,
+        bus: RequestBus,
         metrics: GatewayMetrics | None = None,
         attach_idle_timeout_s: float = 60.0,
     ) -> None:
@@ -86,7 +94,7 @@ class GenerationService:
         self._idempotency = idempotency
         self._admission = admission
         self._metering = metering
-        self._cancel_bus = cancel_bus
+        self._bus = bus
         self._metrics = metrics
         self._attach_idle_timeout_s = attach_idle_timeout_s
 
@@ -118,9 +126,10 @@ class GenerationService:
         if claim.state is not ClaimState.NEW:
             if local is not None:  # running in this process: one more reader of it
                 return local
-            return self._registry.attach(
-                scoped, public_id, model.model_id, self._replay(team_id, public_id, self._attach_idle_timeout_s)
-            )
+            if claim.state is ClaimState.DONE and claim.result is not None:
+                return self._registry.attach(scoped, public_id, model.model_id, _stored(claim.result, 0))
+            replay = self._replay(team_id, public_id, BusMessage.ATTACH, self._attach_idle_timeout_s)
+            return self._registry.attach(scoped, public_id, model.model_id, replay)
 
         admitting = time.monotonic()
         try:
@@ -154,7 +163,10 @@ class GenerationService:
             prompt_tokens=prompt_tokens,
             prefix_block_hashes=tuple(prompt_block_hashes(prompt_ids, block_size, team_id, DEFAULT_MAX_BLOCKS)),
         )
-        hooks = _Hooks(self._idempotency, self._admission, self._metering, team_id, public_id, request_class, lease)
+        hooks = _Hooks(
+            self._idempotency, self._admission, self._metering, team_id, public_id, request_class, lease,
+            keep=inp.request_id is not None,
+        )  # fmt: skip
         try:
             entry = self._registry.start(request, prompt_tokens, public_id=public_id, hooks=hooks)
         except RequestIdInUse:
@@ -175,11 +187,22 @@ class GenerationService:
         state = await self._idempotency.state(principal.team_id, public_id)
         if state is None:
             return None
-        if state is ClaimState.RUNNING:  # another gateway process owns it: ask them all
-            await self._cancel_bus.publish(scoped)
-        ended = self._registry.attach(scoped, public_id, "", self._replay(principal.team_id, public_id, 10.0))
+        # Another gateway process owns it (or owned it: then its stored result says how it ended).
+        ended = self._registry.attach(
+            scoped, public_id, "", self._replay(principal.team_id, public_id, BusMessage.CANCEL, 10.0)
+        )
         await ended.wait_done()
-        return ended
+        return None if isinstance(ended.error, RequestEnded) else ended
+
+    async def on_bus_message(self, message: BusMessage, scoped: str) -> None:
+        """Another process reads one of this process's requests: mirror it (a repeat attached
+        there), or cancel it and end its stream for the canceller (a DELETE there)."""
+        entry = self._registry.get(scoped)
+        if entry is None or not isinstance(entry.hooks, _Hooks):
+            return
+        entry.hooks.followed(entry, mirror=message is BusMessage.ATTACH)
+        if message is BusMessage.CANCEL:
+            await self._registry.cancel(scoped)
 
     def _observe_admission(self, pool_id: str, request_class: str, began: float) -> None:
         if self._metrics is not None:
@@ -191,24 +214,44 @@ class GenerationService:
             raise ApiError(503, "service_unavailable", f"no pool serves model {model_id!r}", "model")
         return pools[0]
 
-    async def _replay(self, team_id: str, public_id: str, idle_timeout_s: float) -> AsyncIterator[GenerationDelta]:
-        """A generation recorded in Redis, from its first delta, as backend deltas."""
+    async def _replay(
+        self, team_id: str, public_id: str, ask: BusMessage, idle_timeout_s: float
+    ) -> AsyncIterator[GenerationDelta]:
+        """A generation another process runs (or ran), from its first delta, as backend deltas.
+        `ask`: what its owner is asked to do (mirror its deltas here, or cancel it)."""
+        scoped = scoped_id(team_id, public_id)
+
+        async def ask_owner() -> None:
+            await self._bus.publish(ask, scoped)
+
+        await ask_owner()
+        seen = 0
         try:
-            async for stored in self._idempotency.follow(team_id, public_id, idle_timeout_s=idle_timeout_s):
-                if stored.final is not None and stored.final.get("error"):
-                    # A failed generation replays as the failure it was, not as a normal end.
-                    yield GenerationDelta(usage=Usage(**stored.final.get("usage", {})))
-                    raise BackendError(stored.final["error"])
-                yield _as_delta(stored)
+            follow = self._idempotency.follow(team_id, public_id, idle_timeout_s=idle_timeout_s, nudge=ask_owner)
+            async for stored in follow:
+                if stored.final is None:
+                    seen += 1
+                    yield GenerationDelta(stored.text, stored.token_ids)
+                    continue
+                async for delta in _stored(stored.final, seen):
+                    yield delta
+                return
         except TimeoutError as exc:  # its owner died mid-way: the record never ends
             raise BackendError(f"{exc}; the gateway running it is gone: retry with a new request_id") from None
+        except RecordGone as exc:
+            raise RequestEnded(str(exc)) from None
 
 
-def _as_delta(stored: StoredDelta) -> GenerationDelta:
-    if stored.final is None:
-        return GenerationDelta(stored.text, stored.token_ids)
-    usage = Usage(**stored.final.get("usage", {}))
-    return GenerationDelta(finish_reason=stored.final.get("stop_reason") or "aborted", usage=usage)
+async def _stored(result: dict[str, Any], seen: int) -> AsyncIterator[GenerationDelta]:
+    """A finished request's stored result as backend deltas, from delta `seen` on."""
+    for text, token_ids in result.get("deltas", [])[seen:]:
+        yield GenerationDelta(text, tuple(token_ids))
+    usage = Usage(**result.get("usage", {}))
+    if result.get("error"):
+        # A failed generation replays as the failure it was, not as a normal end.
+        yield GenerationDelta(usage=usage)
+        raise BackendError(result["error"])
+    yield GenerationDelta(finish_reason=result.get("stop_reason") or "aborted", usage=usage)
 
 
 class _Hooks:
@@ -223,6 +266,8 @@ class _Hooks:
         public_id: str,
         request_class: str,
         lease: Lease,
+        *,
+        keep: bool,
     ) -> None:
         self._idempotency = idempotency
         self._admission = admission
@@ -232,6 +277,9 @@ class _Hooks:
         self._request_class = request_class
         self._lease = lease
         self._renewer: asyncio.Task[None] | None = None
+        self._keep = keep  # a caller-made id: the result is kept for repeats
+        self._followed = False  # another process reads this request: end its stream
+        self._mirror: asyncio.Task[None] | None = None
 
     def keep_lease_alive(self, entry: InflightRequest) -> None:
         self._renewer = asyncio.create_task(self._renew(entry))
@@ -241,23 +289,47 @@ class _Hooks:
             await entry.wait_done()
 
     async def on_delta(self, entry: InflightRequest, delta: GenerationDelta) -> None:
-        await self._idempotency.record_delta(self._team_id, self._public_id, delta.text, delta.token_ids)
+        """Nothing per delta: this process's readers read memory; followers elsewhere are
+        mirrored on their own schedule (`followed`)."""
+
+    def followed(self, entry: InflightRequest, *, mirror: bool) -> None:
+        """Another process reads this request: its end goes to the deltas stream, and with
+        `mirror` its deltas too, from the first (once, whoever else attaches later)."""
+        self._followed = True
+        if mirror and self._mirror is None and not entry.done:
+            self._mirror = asyncio.create_task(self._mirror_deltas(entry))
+
+    async def _mirror_deltas(self, entry: InflightRequest) -> None:
+        mirrored = 0
+        while not entry.done:
+            if len(entry.deltas) > mirrored:
+                batch, mirrored = entry.deltas[mirrored:], len(entry.deltas)
+                await self._idempotency.mirror(
+                    self._team_id, self._public_id, [(delta.text, delta.token_ids) for delta in batch]
+                )
+                await asyncio.sleep(MIRROR_INTERVAL_S)
+            await entry.wait_changed(mirrored)
 
     async def on_finish(self, entry: InflightRequest) -> None:
         if self._renewer is not None:
             self._renewer.cancel()
+        if self._mirror is not None:
+            self._mirror.cancel()  # the final entry carries every delta the followers lack
         ended = time.monotonic()
         result: dict[str, Any] = {
             "stop_reason": entry.stop_reason or ("error" if entry.error else "aborted"),
             "usage": entry.usage.as_dict(),
             "error": str(entry.error) if entry.error is not None else None,
+            "deltas": [[delta.text, list(delta.token_ids)] for delta in entry.deltas],
         }
         steps = (
             # A failure before any token (a backend 503, say) frees the id, so the retry its
             # Retry-After invites can run; anything else is the request's one result.
             self._idempotency.forget(self._team_id, self._public_id)
             if entry.error is not None and not entry.deltas
-            else self._idempotency.record_final(self._team_id, self._public_id, result),
+            else self._idempotency.record_final(
+                self._team_id, self._public_id, result, keep=self._keep, followed=self._followed
+            ),
             self._admission.release(self._lease),
             self._metering.record(self._usage(entry, ended), at=datetime.now(UTC)),
         )

@@ -1,19 +1,29 @@
 """A caller-made `request_id` names one generation, never two, across every gateway process.
 
-Redis holds, per team and request id (kept 24 h):
+Redis holds, per team and request id:
 
-    sy:req:{team}:{id}          hash   fingerprint, state (running|done), result (JSON)
-    sy:req:{team}:{id}:deltas   stream every delta as it was sent, then one `final` entry
+    sy:req:{team}:{id}          hash   fingerprint, state (running|done), result (JSON, with
+                                       every delta of the reply), kept for the idempotency
+                                       window (24 h by default) once done
+    sy:req:{team}:{id}:deltas   stream only while another process follows the request: its
+                                       deltas so far, then coalesced batches, then one `final`
+                                       entry; gone a minute after the end
 
-    claim()  ──NEW──────▶ this process generates; record_delta()/record_final() as it goes
-             ──RUNNING──▶ attach: read the deltas stream from the start, then follow it live
-             ──DONE─────▶ the stored result (the deltas stream replays the same text)
+    claim()  ──NEW──────▶ this process generates; record_final() at the end
+             ──RUNNING──▶ attach: ask the owner (the request bus) to mirror its deltas, then
+                          read the deltas stream from the start and follow it live
+             ──DONE─────▶ the stored result (its deltas replay the same events)
              ──CONFLICT─▶ 409: the same id with a different body
+
+What it costs Redis does not grow with the reply: a request nobody follows from another
+process writes nothing per delta (its readers in the owning process read memory), so one claim
+and one final write per request, whatever its length. A request without a caller-made id
+keeps nothing after its end (`keep=False`): no one can ask for it again.
 
 The claim is one Lua script, so two gateways that receive the same id at the same moment
 cannot both generate. A generation whose owner died stays `running` until its record expires:
-a repeat then attaches to a stream that never ends, so attaching readers give up after
-`attach_idle_timeout_s` without a new entry and report the request as failed.
+attaching readers give up after `attach_idle_timeout_s` without a new entry and report the
+request as failed.
 """
 
 from __future__ import annotations
@@ -22,13 +32,15 @@ import asyncio
 import enum
 import hashlib
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import redis.asyncio as aioredis
 
 RESULT_TTL_S = 24 * 3600
+# How long a finished request's deltas stream stays for followers still reading it.
+FOLLOW_GRACE_S = 60
 
 _CLAIM = """
 local existing = redis.call('HGET', KEYS[1], 'fingerprint')
@@ -76,17 +88,24 @@ def fingerprint(body: dict[str, Any]) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
+class RecordGone(LookupError):
+    """The request ended and left no record to read (it had no caller-made id)."""
+
+
 class IdempotencyStore:
     """Claims, records and replays generations by (team, request id)."""
 
-    def __init__(self, client: aioredis.Redis, *, ttl_s: int = RESULT_TTL_S) -> None:
+    def __init__(
+        self, client: aioredis.Redis, *, ttl_s: int = RESULT_TTL_S, follow_grace_s: int = FOLLOW_GRACE_S
+    ) -> None:
         self._redis = client
         self._ttl_s = ttl_s
+        self._follow_grace_s = follow_grace_s
         self._claim = client.register_script(_CLAIM)
         # `follow` blocks on XREAD in slices shorter than the client's socket timeout (2 s in
         # the gateway), which would otherwise cut a longer wait short with a redis TimeoutError.
         socket_timeout = client.connection_pool.connection_kwargs.get("socket_timeout")
-        self._block_slice_s: float | None = socket_timeout / 2 if socket_timeout else None
+        self._block_slice_s: float = min(1.0, socket_timeout / 2) if socket_timeout else 1.0
 
     @staticmethod
     def _key(team_id: str, request_id: str) -> str:
@@ -105,22 +124,31 @@ class IdempotencyStore:
             return None
         return ClaimState.DONE if _text(state) == "done" else ClaimState.RUNNING
 
-    async def record_delta(self, team_id: str, request_id: str, text: str, token_ids: tuple[int, ...]) -> None:
+    async def mirror(self, team_id: str, request_id: str, deltas: Sequence[tuple[str, tuple[int, ...]]]) -> None:
+        """Append deltas for the processes following this request (one entry, however many)."""
         stream = self._key(team_id, request_id) + ":deltas"
+        encoded = json.dumps([[text, list(token_ids)] for text, token_ids in deltas], separators=(",", ":"))
         async with self._redis.pipeline(transaction=False) as pipe:
-            pipe.xadd(stream, {"text": text, "token_ids": json.dumps(list(token_ids))})
+            pipe.xadd(stream, {"deltas": encoded})
             pipe.expire(stream, self._ttl_s)
             await pipe.execute()
 
-    async def record_final(self, team_id: str, request_id: str, result: dict[str, Any]) -> None:
-        """Store the final result and end the deltas stream (readers stop there)."""
+    async def record_final(
+        self, team_id: str, request_id: str, result: dict[str, Any], *, keep: bool, followed: bool
+    ) -> None:
+        """The request's end: its result kept for the idempotency window (`keep`; a caller-made
+        id) or its record dropped, and the followers' stream ended (`followed`) then let go."""
         key = self._key(team_id, request_id)
         encoded = json.dumps(result, separators=(",", ":"))
         async with self._redis.pipeline(transaction=True) as pipe:
-            pipe.hset(key, mapping={"state": "done", "result": encoded})
-            pipe.expire(key, self._ttl_s)
-            pipe.xadd(key + ":deltas", {"final": encoded})
-            pipe.expire(key + ":deltas", self._ttl_s)
+            if keep:
+                pipe.hset(key, mapping={"state": "done", "result": encoded})
+                pipe.expire(key, self._ttl_s)
+            else:
+                pipe.delete(key)
+            if followed:
+                pipe.xadd(key + ":deltas", {"final": encoded})
+                pipe.expire(key + ":deltas", self._follow_grace_s)
             await pipe.execute()
 
     async def forget(self, team_id: str, request_id: str) -> None:
@@ -129,20 +157,42 @@ class IdempotencyStore:
         await self._redis.delete(key, key + ":deltas")
 
     async def follow(
-        self, team_id: str, request_id: str, *, idle_timeout_s: float = 30.0
+        self,
+        team_id: str,
+        request_id: str,
+        *,
+        idle_timeout_s: float = 30.0,
+        nudge: Callable[[], Awaitable[object]] | None = None,
     ) -> AsyncIterator[StoredDelta]:
-        """Every delta from the start, then live ones, until the final entry.
+        """Every delta mirrored so far, then live ones, until the final entry; or, when the
+        request ended before its owner heard of this reader, its stored result. `nudge` runs
+        at each quiet second until the first entry: it asks the owner again (a message it may
+        have missed while it was still admitting the request).
 
-        Raises TimeoutError when nothing new arrives for `idle_timeout_s` (the owner died)."""
-        stream = self._key(team_id, request_id) + ":deltas"
+        Raises TimeoutError when nothing new arrives for `idle_timeout_s` (the owner died) and
+        RecordGone when the request ended and kept no record."""
+        key = self._key(team_id, request_id)
+        stream = key + ":deltas"
         last_id = "0-0"
         loop = asyncio.get_running_loop()
         idle_until = loop.time() + idle_timeout_s
+        quiet, asked = True, False  # quiet: nothing read in the last slice (or none yet)
         while (remaining := idle_until - loop.time()) > 0:
-            wait_s = remaining if self._block_slice_s is None else min(remaining, self._block_slice_s)
+            if quiet:
+                state, result = await self._redis.hmget(key, ["state", "result"])
+                if state is None:
+                    raise RecordGone(f"request {request_id!r} has ended")
+                if _text(state) == "done" and result is not None:
+                    yield StoredDelta(final=json.loads(_text(result)))
+                    return
+                if nudge is not None and last_id == "0-0" and asked:
+                    await nudge()
+                asked = True
+            wait_s = min(remaining, self._block_slice_s)
             # [(stream, [(entry_id, fields), ...])]; redis-py's type for it is a loose union.
             batch: Any = await self._redis.xread({stream: last_id}, block=max(1, int(wait_s * 1000)), count=256)
-            if not batch:
+            quiet = not batch
+            if quiet:
                 continue
             idle_until = loop.time() + idle_timeout_s
             for entry_id, fields in batch[0][1]:
@@ -151,7 +201,8 @@ class IdempotencyStore:
                 if "final" in decoded:
                     yield StoredDelta(final=json.loads(decoded["final"]))
                     return
-                yield StoredDelta(decoded.get("text", ""), tuple(json.loads(decoded.get("token_ids", "[]"))))
+                for text, token_ids in json.loads(decoded.get("deltas", "[]")):
+                    yield StoredDelta(text, tuple(token_ids))
         raise TimeoutError(f"request {request_id!r}: no progress for {idle_timeout_s:.0f} s")
 
 

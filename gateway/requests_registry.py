@@ -212,6 +212,11 @@ class RequestRegistry:
             await asyncio.wait({task}, timeout=self._recancel_s)
         return entry
 
+    async def settled(self) -> None:
+        """Until every request in flight has ended and what each does at its end is done."""
+        while self._tasks or self._background:
+            await asyncio.gather(*self._tasks.values(), *self._background, return_exceptions=True)
+
     def cancel_soon(self, request_id: str) -> None:
         """`cancel()` from code that must not await (a response closing under cancellation)."""
         if request_id not in self._inflight:

@@ -10,7 +10,8 @@
                           so other teams stop borrowing), retry when room frees, and after
                           `queue_timeout_s` ───────────▶ AdmissionRefused 503 + Retry-After
 
-The caller renews the lease while the request runs (`renewing`) and releases it at the end.
+The caller keeps the lease alive while the request runs (`renewing`: one renewal call for all of
+a process's leases) and releases it at the end.
 Bulk never queues here: the bulk dispatcher retries later, and bulk is never admitted while
 interactive requests wait in the pool.
 """
@@ -41,6 +42,8 @@ REQUEST_CLASSES = ("interactive", "bulk")
 # A queued request's waiting mark outlives its deadline by this much, so the mark is never
 # gone while the request still tries; a dead gateway's marks still go soon after.
 _WAIT_MARK_SLACK_S = 1.0
+# Leases renewed per script call: bounds how long one call holds Redis.
+_RENEW_BATCH = 500
 
 
 class AdmissionRefused(Exception):
@@ -102,6 +105,8 @@ class Admission:
         self._poll_s = queue_poll_s
         self._queues = {pool_id: FairQueue() for pool_id in config.pools}
         self._seen: dict[str, dict[str, TeamLoad]] = {}
+        self._held: dict[str, Lease] = {}  # leases this process keeps alive (`renewing`)
+        self._keeper: asyncio.Task[None] | None = None
         capacity.subscribe(self._capacity_changed)
 
     async def admit(
@@ -132,10 +137,6 @@ class Admission:
             raise _refusal(outcome.decision)
         return await self._wait_for_room(team_id, pool_id, tokens, expected_s, mark, outcome.decision)
 
-    async def renew(self, lease: Lease) -> Lease:
-        """Extend the lease by the TTL from now (call it well within the TTL, e.g. `renewing`)."""
-        return await self.store.renew(lease, self._quota.lease_ttl_s)
-
     async def release(self, lease: Lease) -> bool:
         """Give the lease's tokens back (idempotent) and wake the pool's queue."""
         released = await self.store.release(lease)
@@ -145,14 +146,16 @@ class Admission:
 
     @contextlib.asynccontextmanager
     async def renewing(self, lease: Lease) -> AsyncIterator[None]:
-        """Renew `lease` every third of the TTL while the body runs (the caller releases)."""
-        task = asyncio.create_task(self._keep_alive(lease))
+        """Keep `lease` alive while the body runs (the caller releases it). Every lease this
+        process holds is renewed by one script call every third of the TTL, so what renewal
+        costs Redis grows with the gateway processes, not with the requests or their length."""
+        self._held[lease.lease_id] = lease
+        if self._keeper is None or self._keeper.done():
+            self._keeper = asyncio.create_task(self._keep_alive(), name="lease-keeper")
         try:
             yield
         finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            self._held.pop(lease.lease_id, None)
 
     def snapshot(self) -> dict[str, PoolSnapshot]:
         """Per pool, as last seen: no I/O, so /metrics can call it freely (see refresh_snapshot)."""
@@ -240,13 +243,16 @@ class Admission:
             f" for {tokens} KV tokens: retry after {retry} s",
         )
 
-    async def _keep_alive(self, lease: Lease) -> None:
-        while True:
+    async def _keep_alive(self) -> None:
+        """Renew what this process holds until it holds nothing after a renewal."""
+        while self._held:
             await asyncio.sleep(self._quota.lease_ttl_s / 3)
+            held = list(self._held.values())
             try:
-                lease = await self.renew(lease)
+                for start in range(0, len(held), _RENEW_BATCH):
+                    await self.store.renew(held[start : start + _RENEW_BATCH], self._quota.lease_ttl_s)
             except RedisError:
-                logger.warning("could not renew lease %s; retrying", lease.lease_id, exc_info=True)
+                logger.warning("could not renew %d leases; retrying", len(held), exc_info=True)
 
     def _capacity_changed(self, pool_id: str) -> None:
         if pool_id in self._queues:

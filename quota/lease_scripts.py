@@ -178,20 +178,29 @@ return cjson.encode({{d = d, loads = loads, next_end = next_end, inflight = infl
 """
 )
 
-# ARGV: prefix, now, lease_id, expires_at, pool, team, tokens, borrowed (0|1).
-# A lease reclaimed while its request still ran (the gateway stalled past the TTL) is recorded
-# again: the tokens are still held on a server, so the accounting must count them.
-RENEW = (
+# ARGV: prefix, now, expires_at, then (lease_id, pool, team, tokens, borrowed 0|1) per lease:
+# one call renews every lease one gateway process holds. A lease reclaimed while its request
+# still ran (the gateway stalled past the TTL) is recorded again: the tokens are still held on
+# a server, so the accounting must count them. Returns the ids recorded again.
+RENEW_MANY = (
     _PRELUDE
     + """
-local now, id, expires_at = tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
-reclaim(now, ARGV[5])
-if redis.call('HEXISTS', P .. 'lease:info', id) == 1 then
-  redis.call('ZADD', P .. 'lease:expiry', expires_at, id)
-  return 'renewed'
+local now, expires_at = tonumber(ARGV[2]), tonumber(ARGV[3])
+local reclaimed, restored = {}, {}
+for i = 4, #ARGV, 5 do
+  local id, pool = ARGV[i], ARGV[i + 1]
+  if not reclaimed[pool] then
+    reclaim(now, pool)
+    reclaimed[pool] = true
+  end
+  if redis.call('HEXISTS', P .. 'lease:info', id) == 1 then
+    redis.call('ZADD', P .. 'lease:expiry', expires_at, id)
+  else
+    record_lease(id, pool, ARGV[i + 2], tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4]), expires_at, expires_at)
+    restored[#restored + 1] = id
+  end
 end
-record_lease(id, ARGV[5], ARGV[6], tonumber(ARGV[7]), tonumber(ARGV[8]), expires_at, expires_at)
-return 'restored'
+return restored
 """
 )
 

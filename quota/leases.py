@@ -23,7 +23,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
@@ -82,7 +82,7 @@ class LeaseStore:
         self._clock = clock
         self._prefix = prefix
         self._reserve = client.register_script(lease_scripts.RESERVE)
-        self._renew = client.register_script(lease_scripts.RENEW)
+        self._renew_many = client.register_script(lease_scripts.RENEW_MANY)
         self._release = client.register_script(lease_scripts.RELEASE)
         self._unwait = client.register_script(lease_scripts.UNWAIT)
         self._loads = client.register_script(lease_scripts.LOADS)
@@ -162,18 +162,18 @@ class LeaseStore:
             lease = Lease(lease_id, team_id, pool_id, tokens, applied is Decision.BORROW, expires_at)
         return ReserveOutcome(decision, lease, pool, usage)
 
-    async def renew(self, lease: Lease, ttl_s: float) -> Lease:
-        """Push the lease's expiry to now + `ttl_s`. A lease already reclaimed (its holder
-        stalled past the TTL) is recorded again: its request still holds KV on a server."""
+    async def renew(self, leases: Sequence[Lease], ttl_s: float) -> None:
+        """Push the leases' expiry to now + `ttl_s`, in one call. A lease already reclaimed
+        (its holder stalled past the TTL) is recorded again: its request still holds KV."""
+        if not leases:
+            return
         now = self._clock()
-        expires_at = now + ttl_s
-        args = [self._prefix, repr(now), lease.lease_id, repr(expires_at), lease.pool_id, lease.team_id]
-        status = _text(await self._renew(args=[*args, lease.tokens, "1" if lease.borrowed else "0"]))
-        if status == "restored":
-            logger.warning(
-                "lease %s of team %s had expired while in use; recorded again", lease.lease_id, lease.team_id
-            )
-        return replace(lease, expires_at=expires_at)
+        args: list[str | int] = [self._prefix, repr(now), repr(now + ttl_s)]
+        for lease in leases:
+            args += [lease.lease_id, lease.pool_id, lease.team_id, lease.tokens, "1" if lease.borrowed else "0"]
+        restored = await self._renew_many(args=args)
+        for lease_id in restored or ():
+            logger.warning("lease %s had expired while in use; recorded again", _text(lease_id))
 
     async def release(self, lease: Lease) -> bool:
         """Return the lease's tokens to the pool. Idempotent: False when it was already gone

@@ -247,15 +247,21 @@ async def test_a_request_above_a_hard_limit_is_413(client: aioredis.Redis) -> No
     assert (refused.value.status, refused.value.decision) == (429, Decision.REFUSE_LIMIT)
 
 
-async def test_renewing_keeps_a_lease_alive_until_released(client: aioredis.Redis) -> None:
+async def test_renewing_keeps_leases_alive_until_released(client: aioredis.Redis) -> None:
     # A TTL long enough that renewals (every third of it) survive a busy machine's delays.
-    admission = admission_for(client, StaticCapacity({"small": 1000}), lease_ttl_s=0.6)
-    lease = await admission.admit("b", "small", 100, "interactive")
-    async with admission.renewing(lease):
-        await asyncio.sleep(1.2)  # two TTLs
+    admission = admission_for(client, StaticCapacity({"small": 1000}), lease_ttl_s=1.5)
+    first = await admission.admit("b", "small", 100, "interactive")
+    second = await admission.admit("a", "small", 50, "interactive")
+    async with admission.renewing(first):
+        async with admission.renewing(second):
+            await asyncio.sleep(3.2)  # two TTLs
+            assert await admission.store.in_use("small") == {"b": 100, "a": 50}
+        await asyncio.sleep(1.6)  # the first is still renewed, the second no longer
         assert await admission.store.in_use("small") == {"b": 100}
-    await asyncio.sleep(0.7)  # no longer renewed: reclaimed
-    assert await admission.store.in_use("small") == {}
+    deadline = asyncio.get_running_loop().time() + 10
+    while await admission.store.in_use("small"):  # no longer renewed: reclaimed
+        assert asyncio.get_running_loop().time() < deadline
+        await asyncio.sleep(0.05)
 
 
 async def test_bad_arguments_are_programming_errors(client: aioredis.Redis) -> None:

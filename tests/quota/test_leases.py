@@ -125,19 +125,21 @@ async def test_renew_extends_and_restores_a_reclaimed_lease(client: aioredis.Red
     clock = FakeClock()
     store = store_for(client, clock)
     lease = (await store.reserve("b", "small", 400, 10, capacity_tokens=1000)).lease
-    assert lease is not None and lease.expires_at == T0 + 10
+    other = (await store.reserve("a", "large", 100, 10, capacity_tokens=1000)).lease
+    assert lease is not None and other is not None and lease.expires_at == T0 + 10
     clock.now = T0 + 8
-    renewed = await store.renew(lease, 10)
-    assert renewed.expires_at == T0 + 18
+    await store.renew([lease, other], 10)  # every lease of a process, of any pool, in one call
     clock.now = T0 + 15
     assert await store.in_use("small") == {"b": 400}
+    assert await store.in_use("large") == {"a": 100}
     clock.now = T0 + 30  # the holder stalled: reclaimed...
     assert await store.in_use("small") == {}
-    restored = await store.renew(renewed, 10)  # ...but its request still runs: counted again
-    assert restored.expires_at == T0 + 40
+    await store.renew([lease], 10)  # ...but its request still runs: counted again
+    clock.now = T0 + 39
     assert await store.in_use("small") == {"b": 400}
-    assert await store.release(restored) is True
+    assert await store.release(lease) is True
     assert await store.in_use("small") == {}
+    await store.renew([], 10)  # nothing held: no call
 
 
 async def test_release_is_idempotent(client: aioredis.Redis) -> None:
