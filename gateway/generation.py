@@ -4,11 +4,13 @@ routes): every rule about what may run lives here, so the surfaces cannot drift 
     route ──(team, GenerationInput)──▶ GenerationService.start()
         model known (404)? team may use it (403)? context fits (400)?
         claim (team, request_id) ── same id, other body: 409
-                                 ── already running / done: attach to it (replay, then follow)
+                                 ── running here: one more reader; elsewhere: its owner mirrors
+                                    its deltas to Redis and this process follows them
+                                 ── done: its stored result
         admission: a lease on prompt + max_tokens of KV ── 429 / 503 with Retry-After
         registry.start() ──▶ InflightRequest, read by the route
-            as it runs:  each delta recorded for repeats; the lease renewed
-            at the end:  final result stored, lease released, usage metered
+            as it runs:  nothing per delta (readers read memory); the lease kept alive
+            at the end:  result kept for repeats (a caller-made id), lease released, usage metered
 """
 
 from __future__ import annotations
