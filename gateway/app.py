@@ -137,7 +137,7 @@ def create_app(
 
     app = FastAPI(title="Switchyard gateway", version="0.1.0", lifespan=lifespan)
     app.state.settings = settings
-    app.state.metrics = GatewayMetrics()
+    app.state.metrics = GatewayMetrics(multiprocess_dir=settings.prometheus_multiproc_dir)
     install_error_handlers(app)
     app.include_router(api_router)
     return app

@@ -2,12 +2,15 @@
 
 With `SWITCHYARD_WORKERS` > 1, uvicorn runs that many worker processes on one port. Every
 piece of state they must agree on (keys, leases, usage, request records, cancels) lives in
-Redis, so any worker can answer any request, a DELETE included.
+Redis, so any worker can answer any request, a DELETE included. Metrics they share through
+files (prometheus-client's multiprocess mode, gateway/metrics_registry.py), so `/metrics` on
+any worker shows the whole gateway.
 """
 
 from __future__ import annotations
 
 import os
+import socket
 
 import uvicorn
 from fastapi import FastAPI
@@ -15,6 +18,7 @@ from fastapi import FastAPI
 from config.logging_setup import logging_config
 from config.settings import SwitchyardConfig, dump_config, load_config
 from gateway.app import create_app
+from gateway.metrics_registry import MULTIPROC_DIR_ENV, fresh_multiprocess_dir
 from gateway.settings import GatewaySettings
 
 
@@ -27,9 +31,11 @@ def serve(
     """Serve until interrupted. Address: the arguments, else `SWITCHYARD_HOST`/`_PORT`, else
     the file's `gateway:` section."""
     settings = settings if settings is not None else GatewaySettings()
+    host = host or settings.host or config.gateway.host
+    port = port or settings.port or config.gateway.port
     options = {
-        "host": host or settings.host or config.gateway.host,
-        "port": port or settings.port or config.gateway.port,
+        "host": host,
+        "port": port,
         "log_config": logging_config("INFO"),  # JSON lines, in every worker
         # SSE replies carry their own keep-alive comments; don't cut slow clients short.
         "timeout_keep_alive": 30,
@@ -37,15 +43,32 @@ def serve(
     if settings.workers == 1:
         uvicorn.run(create_app(settings, config=config), **options)  # type: ignore[arg-type]
         return
+    # The workers' metrics folder is emptied below: not while another gateway serves this port,
+    # or its counts would vanish under it.
+    _refuse_if_in_use(host, port)
     # Workers are fresh processes that build the app from the environment: hand them this
     # exact configuration through a file.
     os.environ["SWITCHYARD_CONFIG"] = str(dump_config(config, config.var_path / "run" / "gateway.yaml"))
+    # One /metrics for all workers: each writes its metrics under this folder, emptied here
+    # before any worker starts (prometheus_client reads the variable when a worker imports it).
+    metrics_dir = config.var_path / "run" / f"prometheus-gateway-{port}"
+    os.environ[MULTIPROC_DIR_ENV] = str(fresh_multiprocess_dir(metrics_dir))
     uvicorn.run(
         "gateway.server:app_from_environment",
         factory=True,
         workers=settings.workers,
         **options,  # type: ignore[arg-type]
     )
+
+
+def _refuse_if_in_use(host: str, port: int) -> None:
+    """Exit if something listens on `host:port` (bound as uvicorn binds it)."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise SystemExit(f"cannot serve the gateway on {host}:{port}: {exc}") from None
 
 
 def app_from_environment() -> FastAPI:
