@@ -3,7 +3,8 @@
 
 The live benchmarks share one stack (gateway + one Triton server per bench pool) on free
 ports, so every ratio compares variants measured side by side in the same run; s4 and s78
-run a pool of several servers (four, two) in a stack of their own.
+run a pool of several servers (four, two) in a stack of their own, and sim-trust one server
+that streams every step's tokens.
 """
 
 from __future__ import annotations
@@ -21,14 +22,16 @@ from bench import (
     bench_s5_bulk_backlog,
     bench_s7_s8_failover_drain,
     bench_s9_team_flood,
+    bench_scale,
     bench_schedule,
     bench_serving_overhead,
+    bench_sim_trust,
 )
 from bench.live import bench_config, engine_config_of, start_stack, with_copies
 from config.settings import EngineSpec, SwitchyardConfig, load_config
 
-OFFLINE = {"schedule": bench_schedule.main, "prefill": bench_prefill.main}
-LIVE = ("s1", "s2", "s3", "overhead", "s9", "s5", "s4", "s78")
+OFFLINE = {"schedule": bench_schedule.main, "prefill": bench_prefill.main, "scale": bench_scale.main}
+LIVE = ("s1", "s2", "s3", "overhead", "s9", "s5", "s4", "s78", "sim-trust")
 
 
 def run_live(names: list[str], base: SwitchyardConfig | None = None) -> dict[str, dict[str, object]]:
@@ -95,6 +98,13 @@ def run_live(names: list[str], base: SwitchyardConfig | None = None) -> dict[str
         stack, teams = start_stack(config)
         try:
             results[name] = bench(stack, "bench-small", teams["bench"])
+        finally:
+            stack.stop()
+    if "sim-trust" in names:  # one server streaming every step's tokens: a stack of its own
+        config = bench_sim_trust.trust_config(base)
+        stack, teams = start_stack(config)
+        try:
+            results["sim-trust"] = bench_sim_trust.run(stack, config, teams[bench_sim_trust.POOL])
         finally:
             stack.stop()
     return results

@@ -29,8 +29,9 @@ from bulk.pool_loads import LivePoolLoads
 from config.settings import SwitchyardConfig
 from contracts.catalog import ModelCatalog
 from quota.admission import Admission
-from quota.capacity import CapacityMonitor, config_metrics_urls
+from quota.capacity import BoardCapacity, CapacityMonitor, config_metrics_urls
 from quota.key_files import ADMIN_KEY_ENV, admin_key_path, read_key_file
+from quota.load_board import LoadBoard
 
 logger = logging.getLogger(__name__)
 
@@ -59,7 +60,14 @@ async def serve_dispatcher(config: SwitchyardConfig, gateway_url: str | None = N
         httpx.AsyncClient(base_url=url, timeout=timeout, limits=limits) as gateway,
         httpx.AsyncClient() as scraper,
     ):
-        monitor = CapacityMonitor(lambda: config_metrics_urls(config), scraper, config.quota.capacity_refresh_s)
+        configured = CapacityMonitor(lambda: config_metrics_urls(config), scraper, config.quota.capacity_refresh_s)
+        monitor = BoardCapacity(
+            LoadBoard(client),
+            list(config.pools),
+            configured,
+            dead_after_s=config.fleet.dead_after_s,
+            refresh_s=config.quota.capacity_refresh_s,
+        )
         await monitor.refresh()
         polling = asyncio.create_task(monitor.run(), name="capacity-monitor")
         leases = Admission(config, client, monitor).store

@@ -132,6 +132,9 @@ class FleetSpec(_Strict):
     # sooner than this after the drain began: gateways must have read the new state by then.
     drain_settle_s: Annotated[float, Field(ge=0)] = 1.0
     max_restart_backoff_s: Annotated[float, Field(ge=0)] = 30.0  # a server that keeps failing to start
+    # Each server publishes its load this often (quota/load_board.py); gateways read the board
+    # as often (router/server_directory.py): the load routing sees is at most ~2x this old.
+    load_publish_s: Annotated[float, Field(gt=0, le=5)] = 0.1
 
 
 class TeamSpec(_Strict):

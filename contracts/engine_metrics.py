@@ -72,7 +72,8 @@ class EngineHealth:
     free_tokens: int
     active: int  # requests admitted in the engines
     waiting: int  # requests queued for admission
-    bulk_tokens: int = 0  # KV held by bulk that people's requests may preempt (quota.capacity.KvCache)
+    bulk_tokens: int = 0  # KV held by bulk that people's requests may preempt (KvCache.bulk_tokens)
+    interactive: int = 0  # interactive requests in the engines, admitted or waiting
 
     @property
     def in_flight(self) -> int:
@@ -107,5 +108,11 @@ def parse_engine_health(metrics_text: str) -> EngineHealth:
                     waiting += int(sample.value)
     kv = parse_kv_cache(metrics_text)
     return EngineHealth(
-        min(heartbeats, default=None), kv.capacity_tokens, kv.free_tokens, active, waiting, kv.bulk_tokens
+        min(heartbeats, default=None),
+        kv.capacity_tokens,
+        kv.free_tokens,
+        active,
+        waiting,
+        kv.bulk_tokens,
+        kv.interactive_requests,
     )

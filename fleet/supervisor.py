@@ -7,9 +7,10 @@
       process exited ─┬─ it was draining, or exit 0 / SIGTERM ─▶ deregister; never restarted
                       └─ otherwise ─────────────────────────▶ DEAD ─▶ relaunch
       registry says DRAINING (`switchyard drain`) ─▶ SIGTERM its process, once
-      probe health + metrics ─▶ Liveness:
+      its load report (what the server's own process publishes: quota/load_board.py; read for
+      every server in one call) ─▶ Liveness:
           STARTING ── ready and engine heartbeat advancing ──▶ READY
-          READY ── refused / heartbeat still / not ready, for dead_after_s ──▶ DEAD ─▶ kill, relaunch
+          READY ── heartbeat still / not ready / no report, for dead_after_s ──▶ DEAD ─▶ kill, relaunch
           STARTING for longer than startup_timeout_s ──▶ DEAD
       seen alive ─▶ registry heartbeat (re-registered if its record is gone: Redis flushed)
 
@@ -42,19 +43,18 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-import httpx
-
 from build_engines.repository import fill_repository
-from config.settings import Ports, SwitchyardConfig, dump_config
+from config.settings import SwitchyardConfig, dump_config
 from fleet.launch.ports import PortAllocator, port_free
 from fleet.launch.process import ManagedProcess
 from fleet.launch.server_process import EXIT_DRAINED
 from fleet.launch.triton_server import TritonStartError
 from fleet.pool_scaling import CopyView, scale_steps
 from fleet.server_copy import ServerCopy
+from quota.load_board import LoadBoard, LoadReport
 from router.registry import ServerInfo, ServerRegistry
 from router.routing_policy import ServerState
-from router.server_health import Liveness, Verdict, probe_server
+from router.server_health import Liveness, Probe, Verdict
 
 logger = logging.getLogger(__name__)
 
@@ -70,6 +70,7 @@ class Supervisor:
         config: SwitchyardConfig,
         registry: ServerRegistry,
         ports: PortAllocator,
+        board: LoadBoard,
         *,
         pool_ids: Sequence[str] | None = None,
         config_path: Path | None = None,
@@ -80,12 +81,12 @@ class Supervisor:
         self._fleet = config.fleet
         self._registry = registry
         self._ports = ports
+        self._board = board
         self._pool_ids = list(pool_ids) if pool_ids is not None else list(config.pools)
         self._config_path = config_path
         self._host = host
         self._clock = clock
         self._copies: dict[str, ServerCopy] = {}
-        self._http: httpx.AsyncClient | None = None
         self._relaunch = False  # off during start() (a failure there is an error) and stop()
         self._targets: dict[str, int] = {}  # pools under a target (set_target); others keep what they run
 
@@ -117,7 +118,6 @@ class Supervisor:
     async def start(self, timeout_s: float | None = None) -> None:
         """Launch every server and wait until all are READY; on failure stop them and raise
         TritonStartError naming the server, with its log."""
-        self._http = httpx.AsyncClient()
         if self._config_path is None:
             self._config_path = dump_config(self._config, self._config.var_path / "run" / "switchyard.yaml")
         timeout_s = self._fleet.startup_timeout_s if timeout_s is None else timeout_s
@@ -165,17 +165,17 @@ class Supervisor:
                 await self._registry.deregister(copy.server_id)
             except Exception:  # Redis already gone: its records read as dead soon anyway
                 logger.warning("could not deregister %s", copy.server_id)
-        if self._http is not None:
-            await self._http.aclose()
-            self._http = None
 
     # --- one pass ----------------------------------------------------------------------------
 
     async def tick(self) -> None:
         now = self._clock()
         stored = {info.server_id: info for info in await self._registry.servers(now=now)}
+        boards = await self._board.read(self._pool_ids)
         copies = list(self._copies.values())
-        await asyncio.gather(*(self._check(c, stored.get(c.server_id), now) for c in copies))
+        await asyncio.gather(
+            *(self._check(c, stored.get(c.server_id), boards[c.pool_id].get(c.server_id), now) for c in copies)
+        )
         if self._relaunch:
             for pool_id, target in self._targets.items():
                 await self._scale(pool_id, target, now)
@@ -200,7 +200,7 @@ class Supervisor:
                 await self._registry.set_state(server_id, ServerState.DRAINING, now)
                 await self._drain(copy, now)
 
-    async def _check(self, copy: ServerCopy, stored: ServerInfo | None, now: float) -> None:
+    async def _check(self, copy: ServerCopy, stored: ServerInfo | None, report: LoadReport | None, now: float) -> None:
         drain_requested = stored is not None and stored.state is ServerState.DRAINING
         if copy.process is None:
             if drain_requested:  # dead (or not started yet) and asked to go: just go
@@ -222,10 +222,8 @@ class Supervisor:
         if copy.state is ServerState.DRAINING:
             await self._check_draining(copy, now)
             return
-        assert self._http is not None, "start() first"
-        probe = await probe_server(
-            self._http, _health_url(self._host, copy.ports), _metrics_url(self._host, copy.ports), self._probe_timeout_s
-        )
+        # No report yet (still loading, or its publisher is gone) reads as not ready.
+        probe = Probe(False, False, None) if report is None else Probe(report.ready, report.refused, report.health)
         verdict = copy.liveness.observe(now, probe)
         if verdict is Verdict.ALIVE:
             if copy.state is ServerState.STARTING and await self._registry.set_state(
@@ -252,10 +250,6 @@ class Supervisor:
         if now - copy.drain_started_at > self._fleet.drain_timeout_s + _STOP_TIMEOUT_S:
             logger.warning("%s did not finish draining: stopping it", copy.server_id)
             await self._retire(copy)
-
-    @property
-    def _probe_timeout_s(self) -> float:
-        return min(1.0, self._fleet.dead_after_s / 2)
 
     # --- transitions -------------------------------------------------------------------------
 
@@ -344,11 +338,3 @@ class Supervisor:
             return False
         ports = (copy.ports.http, copy.ports.grpc, copy.ports.metrics)
         return all(port_free(self._host, port) for port in ports) or now >= copy.relaunch_at + _PORT_WAIT_S
-
-
-def _health_url(host: str, ports: Ports) -> str:
-    return f"http://{host}:{ports.http}/v2/health/ready"
-
-
-def _metrics_url(host: str, ports: Ports) -> str:
-    return f"http://{host}:{ports.metrics}/metrics"

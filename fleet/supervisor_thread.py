@@ -19,6 +19,7 @@ import redis.asyncio
 from config.settings import SwitchyardConfig
 from fleet.launch.ports import PortAllocator
 from fleet.supervisor import Supervisor
+from quota.load_board import LoadBoard
 from router.registry import ServerRegistry
 
 
@@ -84,7 +85,12 @@ class SupervisorThread:
         try:
             registry = ServerRegistry(client, self._config.fleet.dead_after_s)
             supervisor = Supervisor(
-                self._config, registry, self._ports, pool_ids=self._pool_ids, config_path=self._config_path
+                self._config,
+                registry,
+                self._ports,
+                LoadBoard(client),
+                pool_ids=self._pool_ids,
+                config_path=self._config_path,
             )
             self._supervisor = supervisor
             try:

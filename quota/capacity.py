@@ -13,14 +13,20 @@ the sum over its ready servers. A server that cannot be scraped, or exports no K
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 import httpx
+from redis.exceptions import RedisError
 
 from config.settings import SwitchyardConfig
 from contracts.engine_metrics import KvCache, parse_kv_cache
+from quota.load_board import Freshness, LoadBoard
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,3 +153,76 @@ class CapacityMonitor:
     def _capacity_of(pools: Mapping[str, PoolCapacity], pool_id: str) -> int:
         pool = pools.get(pool_id)
         return pool.capacity_tokens if pool is not None else 0
+
+
+class BoardCapacity:
+    """Each pool's KV capacity from the load board (what its servers publish), read every
+    `refresh_s`: one HGETALL per pool, however many servers. A pool nothing publishes for (a
+    server started by hand, without a server id) is read from its configured servers' metrics
+    by `fallback`."""
+
+    def __init__(
+        self,
+        board: LoadBoard,
+        pool_ids: Sequence[str],
+        fallback: CapacityMonitor,
+        *,
+        dead_after_s: float,
+        refresh_s: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._board = board
+        self._pool_ids = list(pool_ids)
+        self._fallback = fallback
+        self._freshness = Freshness(dead_after_s)
+        self.refresh_s = refresh_s
+        self._clock = clock
+        self._pools: dict[str, PoolCapacity] = {}
+        self._listeners: list[Callable[[str], None]] = []
+
+    def capacity(self, pool_id: str) -> PoolCapacity:
+        return self._pools.get(pool_id, PoolCapacity(pool_id))
+
+    def subscribe(self, listener: Callable[[str], None]) -> None:
+        self._listeners.append(listener)
+
+    async def refresh(self) -> dict[str, PoolCapacity]:
+        now = self._clock()
+        boards = await self._board.read(self._pool_ids)
+        silent = [pool_id for pool_id in self._pool_ids if not boards[pool_id]]
+        fallback = await self._fallback.refresh() if silent else {}
+        pools: dict[str, PoolCapacity] = {}
+        for pool_id in self._pool_ids:
+            if pool_id in silent:
+                pools[pool_id] = fallback.get(pool_id, PoolCapacity(pool_id))
+                continue
+            reports = boards[pool_id].values()
+            ready = [
+                r.health
+                for r in reports
+                if self._freshness.fresh(r, now) and r.ready and r.health is not None and r.health.capacity_tokens > 0
+            ]
+            pools[pool_id] = PoolCapacity(
+                pool_id,
+                capacity_tokens=sum(h.capacity_tokens for h in ready),
+                free_tokens=sum(h.free_tokens for h in ready),
+                ready_servers=len(ready),
+                servers=len(reports),
+                interactive_requests=sum(h.interactive for h in ready),
+            )
+        self._freshness.forget_all_but(server for board in boards.values() for server in board)
+        changed = [p for p in pools if pools[p].capacity_tokens != self.capacity(p).capacity_tokens]
+        self._pools = pools
+        for pool_id in changed:
+            for listener in self._listeners:
+                listener(pool_id)
+        return pools
+
+    async def run(self) -> None:
+        """Refresh every `refresh_s` until cancelled; a failed read keeps the last view."""
+        while True:
+            try:
+                await self.refresh()
+            except (OSError, RedisError):
+                logger.warning("cannot read the load board; keeping the last view", exc_info=True)
+            await asyncio.sleep(self.refresh_s)

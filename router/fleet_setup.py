@@ -1,4 +1,4 @@
-"""The production backend, put together: registry and metrics → directory → picker → streams.
+"""The production backend, put together: registry and load board → directory → picker → streams.
 
 Imported only when the gateway serves (tritonclient is heavy)."""
 
@@ -12,6 +12,7 @@ from prometheus_client import Counter
 from tritonclient.grpc.aio import InferenceServerClient
 
 from config.settings import SwitchyardConfig
+from quota.load_board import LoadBoard
 from router.fleet_backend import FleetBackend
 from router.fleet_picker import FleetPicker
 from router.registry import ServerInfo, ServerRegistry
@@ -41,7 +42,7 @@ def fleet_backend(
             closing.add(task)
             task.add_done_callback(closing.discard)
 
-    directory = ServerDirectory(config, ServerRegistry(client), http, added, removed, host=host)
+    directory = ServerDirectory(config, ServerRegistry(client), LoadBoard(client), http, added, removed, host=host)
     picker = FleetPicker(config, directory, routed=routed)
 
     async def close() -> None:

@@ -1,12 +1,18 @@
-"""The fleet as one gateway process sees it, refreshed every `refresh_s`:
+"""The fleet as one gateway process sees it:
 
-    registry (Redis)  ──▶ each pool's servers and states (starting, ready, draining, dead)
-    each server's metrics ──▶ KV capacity and free tokens, requests active and waiting
-    streams           ──▶ a gRPC client per routable server (added and removed as they come and go)
+    registry (Redis)   ──on each change, and every registry_refresh_s──▶ each pool's servers and
+                         their states (starting, ready, draining, dead)
+    load board (Redis) ──every fleet.load_publish_s──▶ each server's KV and requests, as the
+                         server itself published them (quota/load_board.py)
+    streams            ──▶ a gRPC client per routable server (added and removed as they come and go)
+
+No server is scraped from here: a gateway worker costs Redis one HGETALL per pool per refresh,
+and each server is read once, by its own process, however many workers route by it. A server
+whose report is missing, unreadable or no longer advancing is not routed to until it is again.
 
 A pool with no registered server falls back to the server its `switchyard.yaml` ports name
-(one started by hand with `switchyard triton`), taken as ready while its metrics answer.
-A server whose metrics cannot be read is not routed to until they can.
+(one started by hand with `switchyard triton`, which publishes nothing): its metrics are read
+here, and it is taken as ready while they answer.
 
 It is also admission's `CapacitySource`: a pool holds its ready servers' KV, plus what its
 draining servers still use for the replies they are finishing (their leases are still held).
@@ -24,12 +30,16 @@ from typing import Any
 import httpx
 
 from config.settings import SwitchyardConfig
-from contracts.engine_metrics import parse_engine_health
+from contracts.engine_metrics import EngineHealth, parse_engine_health
 from quota.capacity import PoolCapacity
+from quota.load_board import Freshness, LoadBoard, LoadReport
 from router.registry import ServerInfo, ServerRegistry
 from router.routing_policy import ServerLoad, ServerState
 
 logger = logging.getLogger(__name__)
+
+# The id of a pool's configured server, routed to while the pool has no registered one.
+CONFIGURED_SUFFIX = "-configured"
 
 
 class ServerDirectory:
@@ -37,25 +47,34 @@ class ServerDirectory:
         self,
         config: SwitchyardConfig,
         registry: ServerRegistry | None,
+        board: LoadBoard | None,
         http: httpx.AsyncClient,
         on_added: Callable[[ServerInfo], None],
         on_removed: Callable[[str], None],
         *,
         host: str = "127.0.0.1",
-        refresh_s: float = 0.5,
+        refresh_s: float | None = None,
+        registry_refresh_s: float = 5.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        """`on_added` / `on_removed`: a server became routable / left (open and close its client)."""
+        """`on_added` / `on_removed`: a server became routable / left (open and close its client).
+        `refresh_s`: how often the board is read (default `fleet.load_publish_s`)."""
         self._config = config
         self._registry = registry
+        self._board = board
         self._http = http
         self._on_added = on_added
         self._on_removed = on_removed
         self._host = host
-        self._refresh_s = refresh_s
+        self._refresh_s = refresh_s if refresh_s is not None else config.fleet.load_publish_s
+        self._registry_refresh_s = registry_refresh_s
         self._clock = clock
+        self._freshness = Freshness(config.fleet.dead_after_s)
+        self._registered: list[ServerInfo] = []  # as last read from the registry
         self._infos: dict[str, ServerInfo] = {}
         self._loads: dict[str, ServerLoad] = {}
+        # When each server's load was sampled, on its publisher's clock (a configured server's:
+        # when it was scraped): routing counts what it sent since on top of it.
         self.scraped_at: dict[str, float] = {}
         self._task: asyncio.Task[None] | None = None
         self._capacity: dict[str, PoolCapacity] = {}
@@ -84,34 +103,46 @@ class ServerDirectory:
                 await self._task
 
     async def _run(self) -> None:
-        """Refresh every `refresh_s`, and at once when the registry announces a change (a
-        drain must stop new work within milliseconds, not half a second)."""
+        """Read the board every `refresh_s`, and the registry when it announces a change (a
+        drain must stop new work at once, not a period later) or every `registry_refresh_s`."""
         changes: Any = None
-        try:
-            while True:
-                try:
-                    await self.refresh()
-                    if changes is None and self._registry is not None:
-                        changes = await self._registry.changes()
-                    if changes is not None:
-                        await changes.get_message(ignore_subscribe_messages=True, timeout=self._refresh_s)
-                        continue
-                except Exception:  # Redis down for a moment: keep the last view, try again
-                    logger.exception("server directory refresh failed")
-                    changes = None
-                await asyncio.sleep(self._refresh_s)
-        finally:
-            if changes is not None:
-                await changes.aclose()
+        registry_due = 0.0
+        while True:
+            try:
+                if changes is None and self._registry is not None:
+                    changes = await self._registry.changes()
+                now = time.monotonic()
+                await self.refresh(registry=now >= registry_due)
+                if now >= registry_due:
+                    registry_due = now + self._registry_refresh_s
+                if changes is not None:
+                    message = await changes.get_message(ignore_subscribe_messages=True, timeout=self._refresh_s)
+                    if message is not None:
+                        registry_due = 0.0
+                    continue
+            except Exception:  # Redis down for a moment: keep the last view, try again
+                logger.exception("server directory refresh failed")
+                if changes is not None:
+                    with contextlib.suppress(Exception):
+                        await changes.aclose()
+                changes, registry_due = None, 0.0
+            await asyncio.sleep(self._refresh_s)
 
-    async def refresh(self) -> None:
+    async def refresh(self, *, registry: bool = True) -> None:
+        """Read the board (and, with `registry`, the registry) and update the view."""
         now = self._clock()
-        infos = {info.server_id: info for info in await self._servers(now)}
-        probes = await asyncio.gather(*(self._scrape(info) for info in infos.values()))
+        if registry or not self._registered:
+            self._registered = await self._registry.servers(now=now) if self._registry is not None else []
+        infos = {info.server_id: info for info in self._servers(now)}
+        boards = await self._board.read(self._config.pools) if self._board is not None else {}
+        registered = {info.server_id for info in self._registered}
         loads: dict[str, ServerLoad] = {}
-        for info, load in zip(infos.values(), probes, strict=True):
-            loads[info.server_id] = load
-            self.scraped_at[info.server_id] = now
+        for info in infos.values():
+            if info.server_id in registered:
+                loads[info.server_id] = self._reported(info, boards.get(info.pool_id, {}).get(info.server_id), now)
+            else:
+                loads[info.server_id] = await self._scrape(info, now)
+        self._freshness.forget_all_but(infos)
         # A server that came back elsewhere under its id (new ports) is a new server to stream to.
         moved = {
             sid for sid, info in infos.items() if sid in self._infos and self._infos[sid].grpc_url != info.grpc_url
@@ -146,42 +177,56 @@ class ServerDirectory:
             for listener in self._listeners:
                 listener(pool_id)
 
-    async def _servers(self, now: float) -> list[ServerInfo]:
-        registered = await self._registry.servers(now=now) if self._registry is not None else []
-        pools = {info.pool_id for info in registered}
+    def _servers(self, now: float) -> list[ServerInfo]:
+        pools = {info.pool_id for info in self._registered}
         configured = [
             self._configured(pool_id, now)
             for pool_id, pool in self._config.pools.items()
             if pool_id not in pools and pool.target_copies > 0
         ]
-        return [info for info in registered if info.state is not ServerState.DEAD] + configured
+        return [info for info in self._registered if info.state is not ServerState.DEAD] + configured
 
     def _configured(self, pool_id: str, now: float) -> ServerInfo:
         ports = self._config.pools[pool_id].ports
         return ServerInfo(
-            server_id=f"{pool_id}-configured", pool_id=pool_id, host=self._host, http_port=ports.http,
+            server_id=f"{pool_id}{CONFIGURED_SUFFIX}", pool_id=pool_id, host=self._host, http_port=ports.http,
             grpc_port=ports.grpc, metrics_port=ports.metrics, gpus=(), state=ServerState.READY,
             started_at=now, heartbeat_at=now,
         )  # fmt: skip
 
-    async def _scrape(self, info: ServerInfo) -> ServerLoad:
+    def _reported(self, info: ServerInfo, report: LoadReport | None, now: float) -> ServerLoad:
+        """A registered server's load from its latest report."""
         state = info.state
-        health: Any = None
+        health = None
         if state in (ServerState.READY, ServerState.DRAINING):
-            try:
-                response = await self._http.get(info.metrics_url, timeout=self._refresh_s * 2)
-                response.raise_for_status()
-                health = parse_engine_health(response.text)
-            except (httpx.HTTPError, ValueError):
-                state = ServerState.DEAD  # unreadable: not routed to until it answers again
-        if health is None:
-            return ServerLoad(info.server_id, state, 0, 0, 0, 0)
-        return ServerLoad(
-            info.server_id,
-            state,
-            health.capacity_tokens,
-            health.free_tokens,
-            health.active,
-            health.waiting,
-            bulk_tokens=health.bulk_tokens,
-        )
+            if report is not None and self._freshness.fresh(report, now) and report.health is not None:
+                health = report.health
+                self.scraped_at[info.server_id] = report.sampled_at
+            else:
+                state = ServerState.DEAD  # silent or unreadable: not routed to until it reports again
+        return _load(info.server_id, state, health)
+
+    async def _scrape(self, info: ServerInfo, now: float) -> ServerLoad:
+        """A configured server (no publisher): its metrics, read from here."""
+        try:
+            response = await self._http.get(info.metrics_url, timeout=max(self._refresh_s * 2, 1.0))
+            response.raise_for_status()
+            health = parse_engine_health(response.text)
+        except (httpx.HTTPError, ValueError):
+            return _load(info.server_id, ServerState.DEAD, None)  # unreadable: not routed to
+        self.scraped_at[info.server_id] = now
+        return _load(info.server_id, info.state, health)
+
+
+def _load(server_id: str, state: ServerState, health: EngineHealth | None) -> ServerLoad:
+    if health is None:
+        return ServerLoad(server_id, state, 0, 0, 0, 0)
+    return ServerLoad(
+        server_id,
+        state,
+        health.capacity_tokens,
+        health.free_tokens,
+        health.active,
+        health.waiting,
+        bulk_tokens=health.bulk_tokens,
+    )

@@ -10,6 +10,8 @@
             ─▶ stop tritonserver ─▶ exit 0 (EXIT_DRAINED)
     SIGINT  ─▶ stop tritonserver at once ─▶ exit 130
     tritonserver dies ─▶ exit with its code (1 if it was 0)
+    meanwhile, with --server-id: its load and health published every fleet.load_publish_s
+    (fleet/launch/load_publisher.py), which gateways route by and the supervisor judges
 
 The drain happens here, before Triton is signalled, because Triton's own SIGTERM handling
 refuses new requests and waits only --exit-timeout-secs (3 s) for in-flight ones. This is the
@@ -32,6 +34,7 @@ import redis.asyncio
 from config.settings import Ports, SwitchyardConfig
 from contracts.engine_metrics import parse_engine_health
 from fleet.launch.leftovers import Reaped, reap_leftovers
+from fleet.launch.load_publisher import LoadPublisher
 from fleet.launch.self_registration import SelfRegistration
 from fleet.launch.signals import drain_on_sigterm
 from fleet.launch.triton_server import TritonServer, TritonStartError
@@ -81,6 +84,13 @@ def run_triton(
         if register_host is not None:
             registration = SelfRegistration(config, _self_info(pool_id, name, register_host, ports))
             registration.start()
+        publisher = None
+        if server_id is not None:  # registered (by a supervisor or itself): routed by its load
+            health_url = f"http://127.0.0.1:{ports.http}/v2/health/ready"
+            publisher = LoadPublisher(
+                config, pool_id, server_id, health_url, f"http://127.0.0.1:{ports.metrics}/metrics"
+            )
+            publisher.start()
         try:
             print(
                 f"triton {name!r} (pool {pool_id!r}) ready: http {server.http_url}, grpc {server.grpc_url}, "
@@ -106,6 +116,8 @@ def run_triton(
             print(f"triton {name!r}: {'drained' if drained else 'drain cut short'}; stopping", flush=True)
             return EXIT_STOPPED if shutdown.immediate.is_set() else EXIT_DRAINED
         finally:
+            if publisher is not None:
+                publisher.stop()
             if registration is not None:
                 registration.stop()
             server.stop(timeout_s=15.0)

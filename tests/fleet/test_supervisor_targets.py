@@ -29,7 +29,7 @@ def config() -> SwitchyardConfig:
 
 def supervisor() -> Supervisor:
     cfg = config()
-    return Supervisor(cfg, registry=None, ports=ConfiguredPorts(cfg), pool_ids=["a"])  # type: ignore[arg-type]
+    return Supervisor(cfg, registry=None, ports=ConfiguredPorts(cfg), board=None, pool_ids=["a"])  # type: ignore[arg-type]
 
 
 def test_targets_within_the_pools_copies_are_kept() -> None:

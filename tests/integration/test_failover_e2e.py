@@ -21,6 +21,7 @@ import redis.asyncio as aioredis
 
 from build_engines.repository import fill_repository
 from config.settings import Ports
+from fleet.launch.load_publisher import LoadPublisher
 from fleet.launch.ports import free_ports
 from fleet.launch.process import wait_until
 from fleet.launch.triton_server import TritonServer
@@ -50,6 +51,7 @@ class Fleet:
         self._redis = redis.Redis.from_url(gateway.config.redis.url)
         self._stop = threading.Event()
         self._beat = threading.Thread(target=self._heartbeat, daemon=True)
+        self._publishers: list[LoadPublisher] = []
 
     def register(self, pool_id: str) -> None:
         async def register_all() -> None:
@@ -61,6 +63,10 @@ class Fleet:
                 info = ServerInfo(server_id, pool_id, "127.0.0.1", ports.http, ports.grpc, ports.metrics, (),
                                   ServerState.READY, now, now)  # fmt: skip
                 await registry.register(info)
+                # What each server's own `switchyard triton` process does: publish its load.
+                publisher = LoadPublisher(self.gateway.config, pool_id, server_id, info.health_url, info.metrics_url)
+                publisher.start()
+                self._publishers.append(publisher)
             await client.aclose()
 
         asyncio.run(register_all())
@@ -75,6 +81,8 @@ class Fleet:
     def close(self) -> None:
         self._stop.set()
         self._beat.join(timeout=2)
+        for publisher in self._publishers:
+            publisher.stop()
         for server_id in self.servers:
             self._redis.delete(server_key(server_id))
             self._redis.srem("sy:servers", server_id)
