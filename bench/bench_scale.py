@@ -47,7 +47,7 @@ from quota.load_board import LoadBoard, LoadReport, board_key
 from router.fleet_picker import FleetPicker
 from router.registry import ServerInfo, ServerRegistry, server_key
 from router.routing_policy import ServerState
-from router.server_directory import ServerDirectory
+from router.server_directory import ROUTING_WINDOW_S, ServerDirectory
 
 NAME = "scale"
 SIZES = (4, 40, 400)
@@ -95,6 +95,7 @@ def _config(redis_url: str, var: Path) -> SwitchyardConfig:
     port = int(redis_url.rsplit(":", 1)[1].split("/")[0])
     return base.model_copy(
         update={
+            "models": {POOL: base.models[POOL]},
             "pools": {POOL: base.pools[POOL]},
             "redis": base.redis.model_copy(update={"port": port}),
             "var_dir": str(var / "var"),
@@ -107,12 +108,12 @@ def _config(redis_url: str, var: Path) -> SwitchyardConfig:
 
 def _fleet_row(config_path: Path, size: int) -> dict[str, Any]:
     ctx = multiprocessing.get_context("spawn")
-    stop = ctx.Event()
-    fleet = ctx.Process(target=_stand_in_fleet, args=(str(config_path), size, stop), daemon=True)
+    stop, busy = ctx.Event(), ctx.Event()
+    fleet = ctx.Process(target=_stand_in_fleet, args=(str(config_path), size, stop, busy), daemon=True)
     fleet.start()
     try:
         results: Any = ctx.Queue()
-        worker = ctx.Process(target=_gateway_worker, args=(str(config_path), size, results), daemon=True)
+        worker = ctx.Process(target=_gateway_worker, args=(str(config_path), size, busy, results), daemon=True)
         worker.start()
         row: dict[str, Any] = results.get(timeout=300)
         worker.join(timeout=30)
@@ -122,9 +123,10 @@ def _fleet_row(config_path: Path, size: int) -> dict[str, Any]:
     return {"case": f"{size} servers", **row}
 
 
-def _stand_in_fleet(config_path: str, size: int, stop: Any) -> None:
-    """N registered servers whose reports move as a busy fleet's would, written each period
-    (one pipeline for all: the writes N publishers would make), heartbeats every 0.5 s."""
+def _stand_in_fleet(config_path: str, size: int, stop: Any, busy: Any) -> None:
+    """N registered servers whose reports are written each period (one pipeline for all: the
+    writes N publishers would make), heartbeats every 0.5 s: an idle fleet's (the same load,
+    seq and times advancing) until `busy` is set, then loads that move as a busy fleet's."""
 
     async def main() -> None:
         config = load_config(Path(config_path))
@@ -142,10 +144,10 @@ def _stand_in_fleet(config_path: str, size: int, stop: Any) -> None:
             began, seq = time.time(), seq + 1
             async with client.pipeline(transaction=False) as pipe:
                 for server_id in servers:
-                    free = rng.randrange(0, 80_000, 16)
-                    health = EngineHealth(
-                        began, 80_000, free, rng.randrange(40), rng.randrange(4), 0, rng.randrange(30)
-                    )
+                    health = EngineHealth(began, 80_000, 80_000, 0, 0, 0, 0)
+                    if busy.is_set():
+                        free, active, waiting = rng.randrange(0, 80_000, 16), rng.randrange(40), rng.randrange(4)
+                        health = EngineHealth(began, 80_000, free, active, waiting, 0, rng.randrange(30))
                     pipe.hset(board_key(POOL), server_id, LoadReport(server_id, seq, began, True, health).encode())
                     if seq % 5 == 0:
                         pipe.hset(server_key(server_id), "heartbeat_at", repr(began))
@@ -159,8 +161,9 @@ def _stand_in_fleet(config_path: str, size: int, stop: Any) -> None:
     asyncio.run(main())
 
 
-def _gateway_worker(config_path: str, size: int, results: Any) -> None:
-    """One gateway worker's view of the fleet: its idle CPU, then routing decisions."""
+def _gateway_worker(config_path: str, size: int, busy: Any, results: Any) -> None:
+    """One gateway worker's view of the fleet: its CPU while the fleet idles, then while the
+    fleet's loads move (every report differs each period), then routing decisions."""
 
     async def main() -> dict[str, Any]:
         config = load_config(Path(config_path))
@@ -176,15 +179,21 @@ def _gateway_worker(config_path: str, size: int, results: Any) -> None:
         while sum(load.state is ServerState.READY for load in directory.loads(POOL)) < size:
             assert time.monotonic() < deadline, f"the directory never saw {size} ready servers"
             await asyncio.sleep(0.05)
+        await asyncio.sleep(ROUTING_WINDOW_S + 0.5)  # the wait above routed nothing, but asked
+        idle_pct = await _cpu_pct_over(IDLE_WINDOW_S)
+        busy.set()
+        await asyncio.sleep(1.0)
+        busy_view_pct = await _cpu_pct_over(IDLE_WINDOW_S)
         cpu, wall = time.process_time(), time.monotonic()
-        await asyncio.sleep(IDLE_WINDOW_S)
-        idle_pct = 100 * (time.process_time() - cpu) / (time.monotonic() - wall)
         decisions, staleness = await _picks(directory, picker)
+        routing_pct = 100 * (time.process_time() - cpu) / (time.monotonic() - wall)
         await directory.close()
         await http.aclose()
         await client.aclose()
         return {
             "gateway_worker_idle_cpu_pct": round(idle_pct, 2),
+            "gateway_worker_cpu_pct_fleet_busy_worker_idle": round(busy_view_pct, 2),
+            "gateway_worker_cpu_pct_routing": round(routing_pct, 2),
             "routing_p50_ms": round(_quantile(decisions, 0.5) * 1e3, 4),
             "routing_p99_ms": round(_quantile(decisions, 0.99) * 1e3, 4),
             "staleness_p50_ms": round(_quantile(staleness, 0.5) * 1e3, 1),
@@ -192,6 +201,13 @@ def _gateway_worker(config_path: str, size: int, results: Any) -> None:
         }
 
     results.put(asyncio.run(main()))
+
+
+async def _cpu_pct_over(window_s: float) -> float:
+    """This process's CPU over `window_s` of its event loop running on its own, in % of a core."""
+    cpu, wall = time.process_time(), time.monotonic()
+    await asyncio.sleep(window_s)
+    return 100 * (time.process_time() - cpu) / (time.monotonic() - wall)
 
 
 async def _picks(directory: ServerDirectory, picker: FleetPicker) -> tuple[list[float], list[float]]:

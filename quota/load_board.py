@@ -31,6 +31,8 @@ import redis.asyncio
 from contracts.engine_metrics import EngineHealth
 
 _UNREADABLE = "-"
+# Per server: the text of its load numbers last read, and the numbers (LoadReport.decode).
+KnownNumbers = dict[str, tuple[str, tuple[int, ...]]]
 
 
 def board_key(pool_id: str, prefix: str = "sy:") -> str:
@@ -60,9 +62,13 @@ class LoadReport:
         )
 
     @classmethod
-    def decode(cls, server_id: str, raw: str) -> LoadReport | None:
-        """None for a line this version cannot read (a reader skips that server)."""
-        fields = raw.split(",")
+    def decode(
+        cls, server_id: str, raw: str, known: dict[str, tuple[str, tuple[int, ...]]] | None = None
+    ) -> LoadReport | None:
+        """None for a line this version cannot read (a reader skips that server). `known`: the
+        numbers last read per server, by their text; a reader that passes it parses only the
+        servers whose load changed (an idle fleet's reports differ in seq and times alone)."""
+        fields = raw.split(",", 4)
         try:
             seq, sampled_at, ready, refused = int(fields[0]), float(fields[1]), fields[2] == "1", fields[2] == "x"
             if not math.isfinite(sampled_at):
@@ -70,13 +76,25 @@ class LoadReport:
             if fields[3] == _UNREADABLE:
                 return cls(server_id, seq, sampled_at, ready, None, refused)
             beat = float(fields[3]) if fields[3] else None
-            capacity, free, active, waiting, bulk, interactive = (int(field) for field in fields[4:10])
+            numbers = _numbers(server_id, fields[4], known)
         except (IndexError, ValueError):
             return None
         if beat is not None and not math.isfinite(beat):
             return None
-        health = EngineHealth(beat, capacity, free, active, waiting, bulk, interactive)
-        return cls(server_id, seq, sampled_at, ready, health)
+        return cls(server_id, seq, sampled_at, ready, EngineHealth(beat, *numbers))
+
+
+def _numbers(server_id: str, text: str, known: KnownNumbers | None) -> tuple[int, ...]:
+    """capacity, free, active, waiting, bulk, interactive; ValueError for anything else."""
+    seen = known.get(server_id) if known is not None else None
+    if seen is not None and seen[0] == text:
+        return seen[1]
+    numbers = tuple(int(field) for field in text.split(","))
+    if len(numbers) != 6:
+        raise ValueError(f"expected 6 numbers, got {text!r}")
+    if known is not None:
+        known[server_id] = (text, numbers)
+    return numbers
 
 
 class LoadBoard:
@@ -85,6 +103,7 @@ class LoadBoard:
     def __init__(self, client: redis.asyncio.Redis, prefix: str = "sy:") -> None:
         self._redis = client
         self._prefix = prefix
+        self._known: KnownNumbers = {}  # see LoadReport.decode
 
     async def publish(self, pool_id: str, report: LoadReport) -> None:
         await self._redis.hset(board_key(pool_id, self._prefix), report.server_id, report.encode())
@@ -102,7 +121,7 @@ class LoadBoard:
             raws = await pipe.execute()
         boards: dict[str, dict[str, LoadReport]] = {}
         for pool_id, raw in zip(pools, raws, strict=True):
-            reports = (LoadReport.decode(_text(server), _text(line)) for server, line in raw.items())
+            reports = (LoadReport.decode(_text(server), _text(line), self._known) for server, line in raw.items())
             boards[pool_id] = {report.server_id: report for report in reports if report is not None}
         return boards
 

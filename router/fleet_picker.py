@@ -43,13 +43,19 @@ class FleetPicker:
         self._clock = clock
         self._routed = routed
         self._sent: dict[str, _Sent] = {}  # request id -> where it went
+        # The same, by server: a pick looks at every server, so this keeps it O(servers)
+        # rather than O(servers x requests in flight).
+        self._sent_to: dict[str, dict[str, _Sent]] = {}
         self._failed_at: dict[str, float] = {}  # server -> when a request last failed there
 
     def pick(self, request: GenerationRequest, exclude: Collection[str]) -> str | None:
         pools = self._config.pools_for_model(request.model_id)
         if not pools:
             return None
-        servers = [self._with_sent(load) for load in self._directory.loads(pools[0])]
+        sent_to = self._sent_to
+        servers = [
+            self._with_sent(load) if load.server_id in sent_to else load for load in self._directory.loads(pools[0])
+        ]
         matches = self._index.matches(request.prefix_block_hashes)
         tokens = request.prompt_tokens + request.max_tokens
         home = request.prefix_block_hashes[0] if request.prefix_block_hashes else None
@@ -63,13 +69,24 @@ class FleetPicker:
         return choice.server_id
 
     def started(self, server_id: str, request: GenerationRequest) -> None:
-        self._sent[request.request_id] = _Sent(server_id, self._clock(), request.prompt_tokens + request.max_tokens)
+        sent = _Sent(server_id, self._clock(), request.prompt_tokens + request.max_tokens)
+        self._forget_sent(request.request_id)
+        self._sent[request.request_id] = sent
+        self._sent_to.setdefault(server_id, {})[request.request_id] = sent
         self._index.record(request.prefix_block_hashes, server_id)
 
     def ended(self, server_id: str, request: GenerationRequest, failed: bool) -> None:
-        self._sent.pop(request.request_id, None)
+        self._forget_sent(request.request_id)
         if failed:  # not routed to again until a scrape after this says it answers
             self._failed_at[server_id] = self._clock()
+
+    def _forget_sent(self, request_id: str) -> None:
+        sent = self._sent.pop(request_id, None)
+        if sent is not None:
+            there = self._sent_to[sent.server_id]
+            del there[request_id]
+            if not there:
+                del self._sent_to[sent.server_id]
 
     def _suspects(self) -> list[str]:
         scraped = self._directory.scraped_at
@@ -97,9 +114,10 @@ class FleetPicker:
         KV: what went out after the scrape. Requests: never fewer than this gateway's own
         unfinished ones there, since an engine's request gauges lag its intake by a few
         hundred milliseconds (a burst would otherwise all look like it fits on one server)."""
-        mine = [s for s in self._sent.values() if s.server_id == load.server_id]
-        if not mine:
+        there = self._sent_to.get(load.server_id)
+        if not there:
             return load
+        mine = there.values()
         since = self._directory.scraped_at.get(load.server_id, 0.0)
         scraped = load.active_requests + load.waiting_requests
         return replace(

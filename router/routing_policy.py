@@ -149,7 +149,15 @@ class RoutingPolicy:
         """
         if request_tokens < 0:
             raise ValueError(f"request_tokens must be non-negative, got {request_tokens}")
-        eligible = [s for s in servers if s.state == ServerState.READY and s.server_id not in exclude]
+        # One pass over the pool for what every rule below needs (a pick is on each request's
+        # path: at 400 servers its passes over them are what it costs).
+        excluded = set(exclude)
+        eligible: list[ServerLoad] = []
+        total_load = 0
+        for server in servers:
+            if server.state is ServerState.READY and server.server_id not in excluded:
+                eligible.append(server)
+                total_load += server.load
         if not eligible:
             return None
         if len({s.server_id for s in eligible}) != len(eligible):
@@ -172,9 +180,9 @@ class RoutingPolicy:
         if not candidates:
             return choice(min(eligible, key=least_loaded), REASON_NO_ROOM)
 
-        bound = self.load_factor * sum(s.load for s in eligible) / len(eligible) + 1
+        bound = self.load_factor * total_load / len(eligible) + 1
         within = [s for s in candidates if s.load <= bound]
-        holders = [s for s in within if matched(s) > 0]
+        holders = [s for s in within if matches.get(s.server_id, 0) > 0] if matches else []
         if holders:
             return choice(min(holders, key=lambda s: (-matched(s), *least_loaded(s))), REASON_PREFIX)
         if not within:

@@ -2,8 +2,9 @@
 
     registry (Redis)   ──on each change, and every registry_refresh_s──▶ each pool's servers and
                          their states (starting, ready, draining, dead)
-    load board (Redis) ──every fleet.load_publish_s──▶ each server's KV and requests, as the
-                         server itself published them (quota/load_board.py)
+    load board (Redis) ──every fleet.load_publish_s while this worker routes, every second
+                         while it does not──▶ each server's KV and requests, as the server
+                         itself published them (quota/load_board.py)
     streams            ──▶ a gRPC client per routable server (added and removed as they come and go)
 
 No server is scraped from here: a gateway worker costs Redis one HGETALL per pool per refresh,
@@ -38,6 +39,8 @@ from router.routing_policy import ServerLoad, ServerState
 
 logger = logging.getLogger(__name__)
 
+# A worker that routed within this many seconds reads the board every refresh_s.
+ROUTING_WINDOW_S = 2.0
 # The id of a pool's configured server, routed to while the pool has no registered one.
 CONFIGURED_SUFFIX = "-configured"
 
@@ -55,6 +58,7 @@ class ServerDirectory:
         host: str = "127.0.0.1",
         refresh_s: float | None = None,
         registry_refresh_s: float = 5.0,
+        idle_refresh_s: float = 1.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
         """`on_added` / `on_removed`: a server became routable / left (open and close its client).
@@ -68,11 +72,14 @@ class ServerDirectory:
         self._host = host
         self._refresh_s = refresh_s if refresh_s is not None else config.fleet.load_publish_s
         self._registry_refresh_s = registry_refresh_s
+        self._idle_refresh_s = idle_refresh_s
+        self._routed_at = float("-inf")  # when routing last asked for loads (monotonic)
         self._clock = clock
         self._freshness = Freshness(config.fleet.dead_after_s)
         self._registered: list[ServerInfo] = []  # as last read from the registry
         self._infos: dict[str, ServerInfo] = {}
         self._loads: dict[str, ServerLoad] = {}
+        self._pool_loads: dict[str, list[ServerLoad]] = {}  # the same, by pool
         # When each server's load was sampled, on its publisher's clock (a configured server's:
         # when it was scraped): routing counts what it sent since on top of it.
         self.scraped_at: dict[str, float] = {}
@@ -87,7 +94,10 @@ class ServerDirectory:
         self._listeners.append(listener)
 
     def loads(self, pool_id: str) -> list[ServerLoad]:
-        return [load for sid, load in self._loads.items() if self._infos[sid].pool_id == pool_id]
+        """The pool's servers as last read. Routing asks for them: the board is then read
+        every `refresh_s` for the next `ROUTING_WINDOW_S`."""
+        self._routed_at = time.monotonic()
+        return self._pool_loads.get(pool_id, [])
 
     def pool_of(self, server_id: str) -> str | None:
         info = self._infos.get(server_id)
@@ -103,21 +113,29 @@ class ServerDirectory:
                 await self._task
 
     async def _run(self) -> None:
-        """Read the board every `refresh_s`, and the registry when it announces a change (a
-        drain must stop new work at once, not a period later) or every `registry_refresh_s`."""
+        """Read the board every `refresh_s` while this worker routes (and every
+        `idle_refresh_s` while it routes nothing: an idle gateway costs little, however large
+        the fleet), and the registry when it announces a change (a drain must stop new work at
+        once, not a period later) or every `registry_refresh_s`."""
         changes: Any = None
-        registry_due = 0.0
+        registry_due = board_due = 0.0
         while True:
             try:
                 if changes is None and self._registry is not None:
                     changes = await self._registry.changes()
                 now = time.monotonic()
-                await self.refresh(registry=now >= registry_due)
+                if now >= registry_due or now >= board_due or now - self._routed_at < ROUTING_WINDOW_S:
+                    await self.refresh(registry=now >= registry_due)
+                    board_due = now + self._idle_refresh_s
                 if now >= registry_due:
                     registry_due = now + self._registry_refresh_s
                 if changes is not None:
                     message = await changes.get_message(ignore_subscribe_messages=True, timeout=self._refresh_s)
                     if message is not None:
+                        # One registry read for a burst of changes (a fleet starting registers
+                        # hundreds of servers at once), not one per change.
+                        while await changes.get_message(ignore_subscribe_messages=True, timeout=0) is not None:
+                            pass
                         registry_due = 0.0
                     continue
             except Exception:  # Redis down for a moment: keep the last view, try again
@@ -131,9 +149,10 @@ class ServerDirectory:
     async def refresh(self, *, registry: bool = True) -> None:
         """Read the board (and, with `registry`, the registry) and update the view."""
         now = self._clock()
-        if registry or not self._registered:
+        read_registry = registry or not self._registered
+        if read_registry:
             self._registered = await self._registry.servers(now=now) if self._registry is not None else []
-        infos = {info.server_id: info for info in self._servers(now)}
+        infos = {info.server_id: info for info in self._servers(now)} if read_registry else self._infos
         boards = await self._board.read(self._config.pools) if self._board is not None else {}
         registered = {info.server_id for info in self._registered}
         loads: dict[str, ServerLoad] = {}
@@ -142,6 +161,17 @@ class ServerDirectory:
                 loads[info.server_id] = self._reported(info, boards.get(info.pool_id, {}).get(info.server_id), now)
             else:
                 loads[info.server_id] = await self._scrape(info, now)
+        if read_registry:
+            self._apply_membership(infos)
+        self._infos, self._loads = infos, loads
+        pool_loads: dict[str, list[ServerLoad]] = {}
+        for server_id, load in loads.items():
+            pool_loads.setdefault(infos[server_id].pool_id, []).append(load)
+        self._pool_loads = pool_loads
+        self._update_capacity()
+
+    def _apply_membership(self, infos: dict[str, ServerInfo]) -> None:
+        """Open streams to servers that joined, close those to servers that left."""
         self._freshness.forget_all_but(infos)
         # A server that came back elsewhere under its id (new ports) is a new server to stream to.
         moved = {
@@ -154,13 +184,11 @@ class ServerDirectory:
         for server_id, info in infos.items():
             if server_id not in self._infos or server_id in moved:
                 self._on_added(info)
-        self._infos, self._loads = infos, loads
-        self._update_capacity()
 
     def _update_capacity(self) -> None:
         capacity: dict[str, PoolCapacity] = {}
         for pool_id in self._config.pools:
-            loads = self.loads(pool_id)
+            loads = self._pool_loads.get(pool_id, [])
             ready = [load for load in loads if load.state is ServerState.READY]
             draining = [load for load in loads if load.state is ServerState.DRAINING]
             capacity[pool_id] = PoolCapacity(
