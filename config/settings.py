@@ -244,6 +244,8 @@ class GatewaySpec(_Strict):
     # How long a finished request's result stays for repeats of its caller-made request_id (a
     # request without one keeps nothing after its end).
     idempotency_ttl_s: Annotated[int, Field(ge=60)] = 24 * 3600
+    # ... and a bulk request's: its dispatcher writes the result itself and retries under a new id.
+    bulk_result_ttl_s: Annotated[int, Field(ge=60)] = 600
 
 
 class RedisSpec(_Strict):

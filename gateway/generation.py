@@ -167,7 +167,7 @@ class GenerationService:
         )
         hooks = _Hooks(
             self._idempotency, self._admission, self._metering, team_id, public_id, request_class, lease,
-            keep=inp.request_id is not None,
+            keep_s=self._keep_s(inp.request_id, request_class),
         )  # fmt: skip
         try:
             entry = self._registry.start(request, prompt_tokens, public_id=public_id, hooks=hooks)
@@ -205,6 +205,14 @@ class GenerationService:
         entry.hooks.followed(entry, mirror=message is BusMessage.ATTACH)
         if message is BusMessage.CANCEL:
             await self._registry.cancel(scoped)
+
+    def _keep_s(self, request_id: str | None, request_class: str) -> int | None:
+        """How long a finished request's result stays for repeats of its id: none without a
+        caller-made id; bulk's briefly (its dispatcher keeps the result itself)."""
+        if request_id is None:
+            return None
+        gateway = self._config.gateway
+        return gateway.bulk_result_ttl_s if request_class == "bulk" else gateway.idempotency_ttl_s
 
     def _observe_admission(self, pool_id: str, request_class: str, began: float) -> None:
         if self._metrics is not None:
@@ -269,7 +277,7 @@ class _Hooks:
         request_class: str,
         lease: Lease,
         *,
-        keep: bool,
+        keep_s: int | None,
     ) -> None:
         self._idempotency = idempotency
         self._admission = admission
@@ -279,7 +287,7 @@ class _Hooks:
         self._request_class = request_class
         self._lease = lease
         self._renewer: asyncio.Task[None] | None = None
-        self._keep = keep  # a caller-made id: the result is kept for repeats
+        self._keep_s = keep_s  # how long the result is kept for repeats (None: not at all)
         self._followed = False  # another process reads this request: end its stream
         self._mirror: asyncio.Task[None] | None = None
 
@@ -330,7 +338,7 @@ class _Hooks:
             self._idempotency.forget(self._team_id, self._public_id)
             if entry.error is not None and not entry.deltas
             else self._idempotency.record_final(
-                self._team_id, self._public_id, result, keep=self._keep, followed=self._followed
+                self._team_id, self._public_id, result, keep_s=self._keep_s, followed=self._followed
             ),
             self._admission.release(self._lease),
             self._metering.record(self._usage(entry, ended), at=datetime.now(UTC)),

@@ -3,8 +3,8 @@
 Redis holds, per team and request id:
 
     sy:req:{team}:{id}          hash   fingerprint, state (running|done), result (JSON, with
-                                       every delta of the reply), kept for the idempotency
-                                       window (24 h by default) once done
+                                       every delta of the reply), kept once done for the
+                                       idempotency window (24 h by default; bulk's 10 min)
     sy:req:{team}:{id}:deltas   stream only while another process follows the request: its
                                        deltas so far, then coalesced batches, then one `final`
                                        entry; gone a minute after the end
@@ -18,7 +18,9 @@ Redis holds, per team and request id:
 What it costs Redis does not grow with the reply: a request nobody follows from another
 process writes nothing per delta (its readers in the owning process read memory), so one claim
 and one final write per request, whatever its length. A request without a caller-made id
-keeps nothing after its end (`keep=False`): no one can ask for it again.
+keeps nothing after its end (`keep_s=None`): no one can ask for it again. Bulk's results
+are kept briefly (gateway.bulk_result_ttl_s): the dispatcher writes the results file from the
+reply itself and retries an entry under a new id, so a day of them would only fill Redis.
 
 The claim is one Lua script, so two gateways that receive the same id at the same moment
 cannot both generate. A generation whose owner died stays `running` until its record expires:
@@ -134,16 +136,16 @@ class IdempotencyStore:
             await pipe.execute()
 
     async def record_final(
-        self, team_id: str, request_id: str, result: dict[str, Any], *, keep: bool, followed: bool
+        self, team_id: str, request_id: str, result: dict[str, Any], *, keep_s: int | None, followed: bool
     ) -> None:
-        """The request's end: its result kept for the idempotency window (`keep`; a caller-made
-        id) or its record dropped, and the followers' stream ended (`followed`) then let go."""
+        """The request's end: its result kept for `keep_s` (a caller-made id; None: its record
+        dropped), and the followers' stream ended (`followed`), then let go."""
         key = self._key(team_id, request_id)
         encoded = json.dumps(result, separators=(",", ":"))
         async with self._redis.pipeline(transaction=True) as pipe:
-            if keep:
+            if keep_s is not None:
                 pipe.hset(key, mapping={"state": "done", "result": encoded})
-                pipe.expire(key, self._ttl_s)
+                pipe.expire(key, keep_s)
             else:
                 pipe.delete(key)
             if followed:

@@ -27,6 +27,26 @@ METRICS = ("requests", "prompt_tokens", "cached_tokens", "completion_tokens", "c
 _DAY_COUNTER_TTL_S = 3 * 24 * 3600
 _HOUR = timedelta(hours=1)
 
+# KEYS: hour bucket, the team's hour index, the teams set, the team's day counter.
+# ARGV: team, hour label, hour start (epoch s), day tokens, day counter TTL, then
+# (field, i|f, increment) per metric.
+_RECORD = """
+redis.call('ZADD', KEYS[2], ARGV[3], ARGV[2])
+redis.call('SADD', KEYS[3], ARGV[1])
+if tonumber(ARGV[4]) > 0 then
+  redis.call('INCRBY', KEYS[4], ARGV[4])
+  redis.call('EXPIRE', KEYS[4], ARGV[5])
+end
+for i = 6, #ARGV, 3 do
+  if ARGV[i + 1] == 'f' then
+    redis.call('HINCRBYFLOAT', KEYS[1], ARGV[i], ARGV[i + 2])
+  else
+    redis.call('HINCRBY', KEYS[1], ARGV[i], ARGV[i + 2])
+  end
+end
+return 1
+"""
+
 
 def bucket_key(team_id: str, hour: datetime) -> str:
     return f"sy:usage:bucket:{team_id}:{hour:%Y%m%d%H}"
@@ -130,25 +150,19 @@ class UsageMeter:
 
     def __init__(self, client: redis.asyncio.Redis) -> None:
         self._redis = client
+        self._record = client.register_script(_RECORD)
 
     async def record(self, rec: UsageRecord, at: datetime) -> None:
-        """Add `rec` to the hour bucket of `at` (when the request ended), atomically."""
+        """Add `rec` to the hour bucket of `at` (when the request ended), atomically, in one
+        command (a script: what one request costs Redis stays a handful of commands)."""
         hour = hour_start(at)
-        bucket = bucket_key(rec.team_id, hour)
         prefix = f"{rec.model_id}|{rec.request_class}|"
         day_tokens = rec.prompt_tokens + rec.completion_tokens
-        async with self._redis.pipeline(transaction=True) as pipe:
-            for metric, value in rec.increments().items():
-                if isinstance(value, float):
-                    pipe.hincrbyfloat(bucket, prefix + metric, value)
-                else:
-                    pipe.hincrby(bucket, prefix + metric, value)
-            pipe.zadd(index_key(rec.team_id), {f"{hour:%Y%m%d%H}": int(hour.timestamp())})
-            pipe.sadd(TEAMS_KEY, rec.team_id)
-            if day_tokens:
-                pipe.incrby(day_key(rec.team_id, hour), day_tokens)
-                pipe.expire(day_key(rec.team_id, hour), _DAY_COUNTER_TTL_S)
-            await pipe.execute()
+        args: list[str | int] = [rec.team_id, f"{hour:%Y%m%d%H}", int(hour.timestamp()), day_tokens, _DAY_COUNTER_TTL_S]
+        for metric, value in rec.increments().items():
+            args += [prefix + metric, "f" if isinstance(value, float) else "i", repr(value)]
+        keys = [bucket_key(rec.team_id, hour), index_key(rec.team_id), TEAMS_KEY, day_key(rec.team_id, hour)]
+        await self._record(keys=keys, args=args)
 
     async def tokens_today(self, team_id: str, now: datetime | None = None) -> int:
         """Prompt + completion tokens `team_id` used since 00:00 UTC (the `tokens_per_day` limit)."""

@@ -57,7 +57,7 @@ class ServerDirectory:
         *,
         host: str = "127.0.0.1",
         refresh_s: float | None = None,
-        registry_refresh_s: float = 5.0,
+        registry_refresh_s: float = 30.0,
         idle_refresh_s: float = 1.0,
         clock: Callable[[], float] = time.time,
     ) -> None:

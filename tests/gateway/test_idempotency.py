@@ -19,7 +19,7 @@ async def test_claims_new_then_running_then_done_and_conflict(redis_url: str) ->
     assert (await store.claim("a", "r1", fingerprint({"prompt": "other"}))).state is ClaimState.CONFLICT
     # Scoped to the team: another team's r1 is a different request.
     assert (await store.claim("b", "r1", body)).state is ClaimState.NEW
-    await store.record_final("a", "r1", {"text": "hello", "stop_reason": "length"}, keep=True, followed=False)
+    await store.record_final("a", "r1", {"text": "hello", "stop_reason": "length"}, keep_s=3600, followed=False)
     done = await store.claim("a", "r1", body)
     assert done.state is ClaimState.DONE
     assert done.result == {"text": "hello", "stop_reason": "length"}
@@ -45,7 +45,7 @@ async def test_follow_replays_then_streams_live_until_final(redis_url: str) -> N
     task = asyncio.create_task(reader())
     await asyncio.sleep(0.1)
     await store.mirror("t", "r", [("lo", (3,)), ("!", (4,))])
-    await store.record_final("t", "r", {"stop_reason": "stop"}, keep=True, followed=True)
+    await store.record_final("t", "r", {"stop_reason": "stop"}, keep_s=3600, followed=True)
     await asyncio.wait_for(task, 5)
     assert seen == [
         StoredDelta("Hel", (1, 2)),
@@ -81,7 +81,7 @@ async def test_follow_waits_longer_than_the_clients_socket_timeout(redis_url: st
     async def owner() -> None:
         await asyncio.sleep(1.1)  # more than twice the socket timeout
         await store.mirror("t", "slow", [("late", (1,))])
-        await store.record_final("t", "slow", {"stop_reason": "stop"}, keep=True, followed=True)
+        await store.record_final("t", "slow", {"stop_reason": "stop"}, keep_s=3600, followed=True)
 
     writing = asyncio.create_task(owner())
     seen = [delta async for delta in store.follow("t", "slow", idle_timeout_s=5)]
@@ -95,7 +95,7 @@ async def test_a_request_nobody_followed_reads_from_its_stored_result(redis_url:
     store = IdempotencyStore(client)
     await store.claim("t", "quiet", "fp")
     result = {"stop_reason": "length", "deltas": [["Hi", [1]]]}
-    await store.record_final("t", "quiet", result, keep=True, followed=False)
+    await store.record_final("t", "quiet", result, keep_s=3600, followed=False)
     assert await client.exists("sy:req:t:quiet:deltas") == 0  # no stream for nobody
     seen = [delta async for delta in store.follow("t", "quiet", idle_timeout_s=5)]
     assert seen == [StoredDelta(final=result)]
@@ -105,14 +105,14 @@ async def test_without_a_caller_id_nothing_is_kept_after_the_end(redis_url: str)
     client = aioredis.Redis.from_url(redis_url)
     store = IdempotencyStore(client, follow_grace_s=1)
     await store.claim("t", "generated", "fp")
-    await store.record_final("t", "generated", {"stop_reason": "stop"}, keep=False, followed=False)
+    await store.record_final("t", "generated", {"stop_reason": "stop"}, keep_s=None, followed=False)
     assert await client.keys("sy:req:t:generated*") == []
     with pytest.raises(RecordGone):
         async for _ in store.follow("t", "generated", idle_timeout_s=5):
             pass
     # Followed from another process: its stream ends them, then goes too.
     await store.claim("t", "cancelled", "fp")
-    await store.record_final("t", "cancelled", {"stop_reason": "cancelled"}, keep=False, followed=True)
+    await store.record_final("t", "cancelled", {"stop_reason": "cancelled"}, keep_s=None, followed=True)
     assert await client.keys("sy:req:t:cancelled*") == [b"sy:req:t:cancelled:deltas"]
     assert 0 < await client.ttl("sy:req:t:cancelled:deltas") <= 1
 
@@ -127,7 +127,7 @@ async def test_a_follower_asks_the_owner_again_until_something_arrives(redis_url
         asks.append(asyncio.get_running_loop().time())
         if len(asks) == 3:  # the owner hears the third ask
             await store.mirror("t", "late", [("a", (1,))])
-            await store.record_final("t", "late", {"stop_reason": "stop"}, keep=True, followed=True)
+            await store.record_final("t", "late", {"stop_reason": "stop"}, keep_s=3600, followed=True)
 
     seen = [delta async for delta in store.follow("t", "late", idle_timeout_s=10, nudge=nudge)]
     assert seen == [StoredDelta("a", (1,)), StoredDelta(final={"stop_reason": "stop"})]

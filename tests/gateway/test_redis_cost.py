@@ -65,3 +65,15 @@ async def test_a_request_without_a_caller_id_leaves_only_usage_behind(
         await commands_per_request(client, backend, registry, r, 300, with_id=True)
         (kept,) = r.keys("sy:req:*")  # the result, for repeats
         assert kept.startswith(b"sy:req:alpha:cost-300-") and r.ttl(kept) > 23 * 3600
+
+
+async def test_a_bulk_result_is_kept_briefly(
+    client: httpx.AsyncClient, registry: RequestRegistry, redis_url: str
+) -> None:
+    """Its dispatcher writes the result itself and retries under a new id: a day of bulk
+    results kept for repeats nobody sends would fill Redis."""
+    body = {**BODY, "max_tokens": 3, "class": "bulk", "request_id": "bulk-entry"}
+    assert (await client.post("/v1/generate", json=body)).status_code == 200
+    await registry.settled()
+    with redis.Redis.from_url(redis_url) as r:
+        assert 0 < r.ttl("sy:req:alpha:bulk-entry") <= 600
