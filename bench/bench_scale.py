@@ -212,7 +212,11 @@ async def _cpu_pct_over(window_s: float) -> float:
 
 async def _picks(directory: ServerDirectory, picker: FleetPicker) -> tuple[list[float], list[float]]:
     """PICKS decisions spread over a few seconds (so they sample every refresh phase), with
-    ~100 requests of this worker in flight and prompts sharing a few hot prefixes."""
+    ~100 requests of this worker in flight and prompts sharing a few hot prefixes. They are
+    timed once this worker routes (its directory reads the board every period then; the first
+    request after ROUTING_WINDOW_S without any sees a view up to `idle_refresh_s` old)."""
+    directory.loads(POOL)
+    await asyncio.sleep(2 * directory.refresh_s)
     rng = random.Random(7)
     decisions: list[float] = []
     staleness: list[float] = []

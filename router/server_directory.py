@@ -87,6 +87,11 @@ class ServerDirectory:
         self._capacity: dict[str, PoolCapacity] = {}
         self._listeners: list[Callable[[str], None]] = []
 
+    @property
+    def refresh_s(self) -> float:
+        """How often the board is read while this worker routes."""
+        return self._refresh_s
+
     def capacity(self, pool_id: str) -> PoolCapacity:
         return self._capacity.get(pool_id, PoolCapacity(pool_id))
 

@@ -1,5 +1,5 @@
 """Step timings of the real CPU engine (`LLMEngine.step` on a built model), for fitting the
-simulator's cost model to the CPU target: what the trust test replays a trace with.
+simulator's cost model to the CPU target: what `bench sim-trust` replays a trace with.
 
 Each sample is one step: the tokens it computed, the positions they attended (context) and its
 wall time. Tokens and context are read off the sequences before and after the step, so the

@@ -1,5 +1,6 @@
 """Replay a recorded trace (arrival time, prompt tokens, reply tokens) through one simulated
-server: what the trust test compares with the same trace on the live CPU stack.
+server: what the trust test compares with the real engine stepping the same trace in simulated
+time (fleet/sim/engine_trace.py), and `bench sim-trust` with the live CPU stack.
 
     TraceArrival ─▶ server.add ─▶ TraceStep ─▶ TraceStep ─▶ ...   (one server, no gateway)
 """
