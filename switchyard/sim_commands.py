@@ -4,14 +4,18 @@ baselines, side by side, with the policies we run (fleet/sim/, docs/simulator.md
     switchyard sim weekday                      400 GPUs, 24 h, fast mode, every policy
     switchyard sim weekday --gpus 8 --hours 1 --exact
     switchyard sim monday-9am --policies autoscaler,reactive --seed 3
+    switchyard sim weekday --jobs 1             one policy after another, in this process
 
-Writes var/sim/<scenario>/report.md (+ PNGs, summary.json). At the brief's scale (400 GPUs,
-24 h) the headline table also goes to bench/results/sim_<scenario>.json.
+The policies run two at a time, each in its own process (`--jobs`); the figures are the same
+for any number of processes. Writes var/sim/<scenario>/report.md (+ PNGs, summary.json). At
+the brief's scale (400 GPUs, 24 h) the headline table also goes to
+bench/results/sim_<scenario>.json.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -23,6 +27,9 @@ from fleet.sim.scenario import SCENARIOS
 # keeps the two equal).
 POLICY_NAMES = ("autoscaler", "reactive", "no-backfill", "static")
 EXACT_GPUS_WARNING = 32  # beyond this the exact mode takes hours
+# Four policies in two processes: about half the wall time of one, on a shared 2-core machine
+# (docs/simulator.md, "Two modes").
+DEFAULT_JOBS = 2
 
 
 def add_sim_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
@@ -39,6 +46,13 @@ def add_sim_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     )
     parser.add_argument("--cost-profile", type=Path, default=None, help="JSON step samples to fit the cost model to")
     parser.add_argument("--probe-every", type=float, default=1800.0, help="fast mode: seconds between probes")
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=min(DEFAULT_JOBS, os.cpu_count() or 1),
+        help=f"policies run at once, each in its own process (default: {DEFAULT_JOBS}, or the CPUs if fewer);"
+        " the figures are the same for any number",
+    )
     parser.add_argument(
         "--reserve-fraction",
         type=float,
@@ -62,7 +76,7 @@ def sim(config: SwitchyardConfig, args: argparse.Namespace) -> int:
     from fleet.sim.cost_model import StepCostModel, load_profile
     from fleet.sim.fluid_run import ProbeSettings
     from fleet.sim.report import bulk_fleet_note, write_report
-    from fleet.sim.runner import run_policy
+    from fleet.sim.runner import PolicyRun, run_policies
     from fleet.sim.scenario import BRIEF_GPUS, scenario
     from fleet.sim.settings import SimSettings
 
@@ -70,6 +84,9 @@ def sim(config: SwitchyardConfig, args: argparse.Namespace) -> int:
     unknown = [p for p in policies if p not in POLICY_NAMES]
     if unknown or not policies or args.gpus < 1 or args.hours <= 0:
         print(f"switchyard sim: bad --policies/--gpus/--hours ({', '.join(unknown) or 'empty'})", file=sys.stderr)
+        return 2
+    if args.jobs < 1:
+        print(f"switchyard sim: --jobs must be at least 1, got {args.jobs}", file=sys.stderr)
         return 2
     if args.exact and args.gpus > EXACT_GPUS_WARNING:
         print(f"switchyard sim: --exact with {args.gpus} GPUs steps every server: expect hours", file=sys.stderr)
@@ -96,10 +113,15 @@ def sim(config: SwitchyardConfig, args: argparse.Namespace) -> int:
             return 2
         settings = replace(settings, cost=cost)
     probe = ProbeSettings(every_s=args.probe_every)
-    runs = []
-    for name in policies:
-        print(f"simulating {chosen.name} under {name} ...", flush=True)
-        runs.append(run_policy(name, chosen, settings, seed=args.seed, exact=args.exact, probe=probe))
+    jobs = min(args.jobs, len(policies))
+    print(f"simulating {chosen.name} under {', '.join(policies)} ({jobs} at a time) ...", flush=True)
+
+    def done(run: PolicyRun) -> None:
+        print(f"  {run.name}: {run.summary.wall_s:.0f} s", flush=True)
+
+    runs = run_policies(
+        policies, chosen, settings, seed=args.seed, exact=args.exact, probe=probe, jobs=jobs, on_done=done
+    )
     out = args.out if args.out is not None else config.var_path / "sim" / chosen.name
     mode = (
         "exact"
@@ -110,7 +132,14 @@ def sim(config: SwitchyardConfig, args: argparse.Namespace) -> int:
     notes = [bulk_fleet_note(chosen, settings)] if "no-backfill" in policies else []
     report = write_report(out, chosen, runs, seed=args.seed, mode=mode, notes=notes)
     rows = [run.summary.row() for run in runs]
-    meta = {"scenario": chosen.name, "gpus": chosen.gpus, "hours": chosen.hours, "seed": args.seed, "mode": mode}
+    meta = {
+        "scenario": chosen.name,
+        "gpus": chosen.gpus,
+        "hours": chosen.hours,
+        "seed": args.seed,
+        "mode": mode,
+        "jobs": jobs,
+    }
     # Only a whole run at the brief's scale is the benchmark's record.
     if chosen.gpus == BRIEF_GPUS and chosen.hours >= 24 and not args.exact and set(policies) == set(POLICY_NAMES):
         write_result(f"sim_{chosen.name.replace('-', '_')}", rows, {**meta, "report": str(report)})

@@ -71,6 +71,11 @@ class FluidFleet:
         self.batches: dict[str, SimBatch] = {}
         self.waiters: dict[str, deque[tuple[float, int]]] = {t.team_id: deque() for t in scenario.teams}
         self.arrivals: deque[tuple[float, int]] = deque()
+        # The teams people's arrivals split across, and in what proportions (once: every slice
+        # draws a split).
+        self.people_teams = [t for t in scenario.teams if t.interactive_share > 0]
+        shares = [t.interactive_share for t in self.people_teams]
+        self.people_split = shares / np.sum(shares)
         self.step_s = settings.cost.step_s(0, 1, 0)
         self.probe: ProbeResult | None = None
         self.probe_ttft = Histogram()  # the latest probe's, every prompt
@@ -231,11 +236,8 @@ class FluidFleet:
         self.recorder.count("interactive_arrived", count)
         if count == 0:
             return
-        teams = [t for t in self.scenario.teams if t.interactive_share > 0]
-        split = self.np_rng.multinomial(
-            count, [t.interactive_share for t in teams] / np.sum([t.interactive_share for t in teams])
-        )
-        for team, n in zip(teams, split, strict=True):
+        split = self.np_rng.multinomial(count, self.people_split)
+        for team, n in zip(self.people_teams, split, strict=True):
             if n:
                 self.waiters[team.team_id].append((now, int(n)))
 

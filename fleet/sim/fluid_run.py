@@ -1,7 +1,7 @@
 """One fast run: the fluid fleet (`fluid_fleet.py`) stepped every 4 s, the autoscaler asked
 every interval, a probe cell run every `every_s` (`ramp_every_s` through the morning ramp),
-failures and the minute sample as in the exact mode. A day of 400 GPUs takes one to two and a
-half minutes of one core (docs/simulator.md)."""
+failures and the minute sample as in the exact mode. A day of 400 GPUs takes 45 s to two
+minutes of one core (docs/simulator.md, "Run time")."""
 
 from __future__ import annotations
 

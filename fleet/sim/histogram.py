@@ -19,15 +19,23 @@ _NUM_BUCKETS = int(math.log(1e5 / _LOW_S) / _LOG_RATIO) + 2
 class Histogram:
     """Counts of values (seconds, 0.1 ms to a day) in log buckets; weighted percentiles."""
 
-    __slots__ = ("counts", "max_value", "total")
+    __slots__ = ("_last_index", "_last_value", "counts", "max_value", "total")
 
     def __init__(self) -> None:
         self.counts = [0.0] * _NUM_BUCKETS
         self.total = 0.0
         self.max_value = 0.0
+        # The bucket of the value added last: the replies of one engine step get their tokens
+        # at once, so a run of equal inter-token gaps is the common case and skips the log.
+        self._last_value: float | None = None
+        self._last_index = 0
 
     def add(self, value: float, weight: float = 1.0) -> None:
-        index = 0 if value <= _LOW_S else min(int(math.log(value / _LOW_S) / _LOG_RATIO) + 1, _NUM_BUCKETS - 1)
+        if value == self._last_value:
+            index = self._last_index
+        else:
+            index = 0 if value <= _LOW_S else min(int(math.log(value / _LOW_S) / _LOG_RATIO) + 1, _NUM_BUCKETS - 1)
+            self._last_value, self._last_index = value, index
         self.counts[index] += weight
         self.total += weight
         if value > self.max_value:

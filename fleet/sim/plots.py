@@ -11,6 +11,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
+from fleet.sim.latency_plot import write_latency
 from fleet.sim.recorder import FleetSample
 from fleet.sim.runner import PolicyRun
 from fleet.sim.scenario import HOUR
@@ -38,28 +39,6 @@ def _series(
     return path
 
 
-def _hourly(runs: Sequence[PolicyRun], path: Path) -> Path:
-    """Per hour: interactive TTFT p99 and inter-token p99, with the 1 s target."""
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
-    for run in runs:
-        rec = run.recorder
-        hours = range(rec.num_hours)
-        top.plot(hours, [rec.ttft[h].percentile(0.99) or float("nan") for h in hours], marker=".", label=run.name)
-        bottom.plot(hours, [rec.itl[h].percentile(0.99) or float("nan") for h in hours], marker=".", label=run.name)
-    top.axhline(1.0, color="red", linestyle="--", linewidth=0.8, label="target 1 s")
-    top.set_yscale("log")
-    top.set_ylabel("TTFT p99 (s)")
-    bottom.set_ylabel("inter-token p99 (s)")
-    bottom.set_xlabel("hour of the day (by arrival / by token)")
-    for ax in (top, bottom):
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
-
-
 def write_plots(runs: Sequence[PolicyRun], out_dir: Path) -> list[Path]:
     """Every figure the report links, written into `out_dir`."""
     return [
@@ -69,7 +48,7 @@ def write_plots(runs: Sequence[PolicyRun], out_dir: Path) -> list[Path]:
         _series(
             runs, out_dir / "starting.png", "servers starting + draining", "servers", lambda s: s.starting + s.draining
         ),
-        _hourly(runs, out_dir / "latency.png"),
+        write_latency(runs, out_dir / "latency.png"),
         _series(runs, out_dir / "kv_used.png", "KV in use on ready servers", "fraction", lambda s: s.kv_used_fraction),
         _series(
             runs,

@@ -89,7 +89,7 @@ class SimServer:
         for seq, num_tokens in plan.scheduled:
             start = seq.num_computed_tokens
             context += start + num_tokens
-            if num_tokens == 1 and start + 1 == seq.num_tokens:
+            if num_tokens == 1 and start + 1 == len(seq.all_token_ids):  # seq.num_tokens, inlined
                 decode += 1
             else:
                 prefill += num_tokens
@@ -107,18 +107,24 @@ class SimServer:
         result = StepResult(preempted=len(plan.preempted_ids))
         scheduler = self.scheduler
         scheduler.update_after_step(plan)
+        requests = self.requests
+        # Once per scheduled sequence per step, the exact mode's innermost loop: properties
+        # (`num_tokens`, `request_id`) read through their fields.
         for seq, _ in plan.scheduled:
-            if seq.num_computed_tokens != seq.num_tokens:
+            if seq.num_computed_tokens != len(seq.all_token_ids):
                 continue  # still reading its prompt (or recomputing)
-            request = self.requests[seq.request_id]
+            request = requests[seq.request.request_id]
             seq.append_token(0)
-            gap = None if request.last_token_s is None else now - request.last_token_s
-            if request.first_token_s is None:
+            last = request.last_token_s
+            if last is None:
+                gap = None
                 request.first_token_s = now
+            else:
+                gap = now - last
             request.last_token_s = now
             request.tokens_done += 1
             on_token(request, now, gap)
-            if seq.num_tokens >= seq.max_total_tokens:
+            if len(seq.all_token_ids) >= seq.max_total_tokens:
                 scheduler.finish_sequence(seq, FinishReason.LENGTH)
                 del self.requests[seq.request_id]
                 request.finished_s = now

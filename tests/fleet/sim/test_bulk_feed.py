@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from bulk.release_policy import DeadlineRisk, PoolLoad, ReleaseOrder, RoomPolicy
-from fleet.sim.bulk_feed import BulkFeed
+from fleet.sim.bulk_feed import BulkFeed, SimBatch
 from fleet.sim.recorder import BatchOutcome
 
 
@@ -54,3 +54,40 @@ def test_a_chunk_larger_than_the_room_lets_one_request_go_not_the_chunk() -> Non
     releases = feed.release(people_only, 0.0, lambda b, n: n * 2_000)
     assert [(r.requests, r.tokens) for r in releases] == [(1, 2_000)]
     assert batch.released == 1 and feed.inflight_requests == 1
+
+
+def test_an_entry_the_budget_cuts_short_is_offered_at_its_new_size() -> None:
+    """A pass builds each batch's entry once and keeps it while the batch is not released from:
+    once the requests left in the room fall below an entry, every batch's entry shrinks with
+    them (a kept entry of the full size would take more requests than the room has)."""
+    room = RoomPolicy(0.0, max_inflight_requests=25)
+    feed = BulkFeed(room, ReleaseOrder({"a": 1.0, "b": 1.0}), DeadlineRisk(), entry_requests=10)
+    feed.add(BatchOutcome("a1", "a", 1_000, deadline_s=86_400.0), 0.0, 100.0)
+    feed.add(BatchOutcome("b1", "b", 1_000, deadline_s=86_400.0), 0.0, 100.0)
+    load = PoolLoad("p", 10_000_000, 0, 0, 0, 0, 0)
+    releases = feed.release(load, 0.0, lambda b, n: n * 300)
+    # a1's second entry was built at 10 while b1 went, and goes at the 5 left.
+    assert [(r.batch.outcome.batch_id, r.requests) for r in releases] == [("a1", 10), ("b1", 10), ("a1", 5)]
+    assert feed.inflight_requests == 25
+
+
+def test_a_head_is_asked_for_only_while_it_may_be_released() -> None:
+    """The exact mode draws an entry's lengths the first time its lease is asked for, so a pass
+    must ask for the heads it offers and no more: not the next head of a batch once the room is
+    spent (an extra draw would shift every draw after it, and the run with them)."""
+    feed = BulkFeed(RoomPolicy(0.0, max_inflight_requests=2), ReleaseOrder({"a": 1.0}), DeadlineRisk(), 1)
+    feed.add(BatchOutcome("a1", "a", 100, deadline_s=86_400.0), 0.0, 100.0)
+    asked: list[tuple[str, int]] = []
+
+    def head(batch: SimBatch, requests: int) -> int:
+        key = (batch.outcome.batch_id, batch.released)
+        if key not in asked:
+            asked.append(key)
+        return 100 * requests
+
+    releases = feed.release(PoolLoad("p", 10_000_000, 0, 0, 0, 0, 0), 0.0, head)
+    assert [r.first for r in releases] == [0, 1]
+    assert asked == [("a1", 0), ("a1", 1)]
+    closed = PoolLoad("p", 10_000_000, 0, 0, 0, interactive_waiting=1)  # people wait: no room
+    assert feed.release(closed, 1.0, head) == []
+    assert asked == [("a1", 0), ("a1", 1)]

@@ -46,3 +46,5 @@ def test_bad_arguments_are_refused(tmp_path: Path) -> None:
     assert sim(load_config(), args) == 2
     args = parse(["sim", "weekday", "--bulk-lease-fraction", "0", "--out", str(tmp_path)])
     assert sim(load_config(), args) == 2
+    args = parse(["sim", "weekday", "--jobs", "0", "--out", str(tmp_path)])
+    assert sim(load_config(), args) == 2
