@@ -79,7 +79,36 @@ def config_metrics_urls(config: SwitchyardConfig, host: str = "127.0.0.1") -> di
     }
 
 
-class CapacityMonitor:
+class _ObservedPools:
+    """The pools' capacity as last observed, and the listeners told when a pool's changes."""
+
+    def __init__(self) -> None:
+        self._pools: dict[str, PoolCapacity] = {}
+        self._listeners: list[Callable[[str], None]] = []
+
+    def capacity(self, pool_id: str) -> PoolCapacity:
+        """The last observation (zero before the first refresh: nothing is known to be there)."""
+        return self._pools.get(pool_id, PoolCapacity(pool_id))
+
+    def subscribe(self, listener: Callable[[str], None]) -> None:
+        self._listeners.append(listener)
+
+    def _observe(self, pools: dict[str, PoolCapacity]) -> None:
+        changed = [
+            p for p in pools.keys() | self._pools.keys() if self.capacity(p).capacity_tokens != _tokens(pools, p)
+        ]
+        self._pools = pools
+        for pool_id in sorted(changed):
+            for listener in self._listeners:
+                listener(pool_id)
+
+
+def _tokens(pools: Mapping[str, PoolCapacity], pool_id: str) -> int:
+    pool = pools.get(pool_id)
+    return pool.capacity_tokens if pool is not None else 0
+
+
+class CapacityMonitor(_ObservedPools):
     """Polls every server's metrics each `refresh_s` and keeps each pool's capacity.
 
     `endpoints` returns the metrics URLs per pool at each refresh, so the server list can come
@@ -94,19 +123,11 @@ class CapacityMonitor:
     ) -> None:
         if refresh_s <= 0:
             raise ValueError(f"refresh_s must be positive, got {refresh_s}")
+        super().__init__()
         self._endpoints = endpoints
         self._client = client
         self.refresh_s = refresh_s
         self._timeout_s = min(timeout_s, refresh_s * 2)
-        self._pools: dict[str, PoolCapacity] = {}
-        self._listeners: list[Callable[[str], None]] = []
-
-    def capacity(self, pool_id: str) -> PoolCapacity:
-        """The last observation (zero before the first refresh: nothing is known to be there)."""
-        return self._pools.get(pool_id, PoolCapacity(pool_id))
-
-    def subscribe(self, listener: Callable[[str], None]) -> None:
-        self._listeners.append(listener)
 
     async def refresh(self) -> dict[str, PoolCapacity]:
         """Scrape every server once (concurrently) and update the pools; returns them."""
@@ -124,15 +145,7 @@ class CapacityMonitor:
                 servers=len(pool_urls),
                 interactive_requests=sum(cache.interactive_requests for cache in ready),
             )
-        changed = [
-            p
-            for p in pools.keys() | self._pools.keys()
-            if self._capacity_of(pools, p) != self._capacity_of(self._pools, p)
-        ]
-        self._pools = pools
-        for pool_id in sorted(changed):
-            for listener in self._listeners:
-                listener(pool_id)
+        self._observe(pools)
         return pools
 
     async def run(self) -> None:
@@ -149,13 +162,8 @@ class CapacityMonitor:
         except (httpx.HTTPError, ValueError):
             return None  # unreachable or unreadable: counts zero
 
-    @staticmethod
-    def _capacity_of(pools: Mapping[str, PoolCapacity], pool_id: str) -> int:
-        pool = pools.get(pool_id)
-        return pool.capacity_tokens if pool is not None else 0
 
-
-class BoardCapacity:
+class BoardCapacity(_ObservedPools):
     """Each pool's KV capacity from the load board (what its servers publish), read every
     `refresh_s`: one HGETALL per pool, however many servers. A pool nothing publishes for (a
     server started by hand, without a server id) is read from its configured servers' metrics
@@ -171,20 +179,13 @@ class BoardCapacity:
         refresh_s: float,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        super().__init__()
         self._board = board
         self._pool_ids = list(pool_ids)
         self._fallback = fallback
         self._freshness = Freshness(dead_after_s)
         self.refresh_s = refresh_s
         self._clock = clock
-        self._pools: dict[str, PoolCapacity] = {}
-        self._listeners: list[Callable[[str], None]] = []
-
-    def capacity(self, pool_id: str) -> PoolCapacity:
-        return self._pools.get(pool_id, PoolCapacity(pool_id))
-
-    def subscribe(self, listener: Callable[[str], None]) -> None:
-        self._listeners.append(listener)
 
     async def refresh(self) -> dict[str, PoolCapacity]:
         now = self._clock()
@@ -211,11 +212,7 @@ class BoardCapacity:
                 interactive_requests=sum(h.interactive for h in ready),
             )
         self._freshness.forget_all_but(server for board in boards.values() for server in board)
-        changed = [p for p in pools if pools[p].capacity_tokens != self.capacity(p).capacity_tokens]
-        self._pools = pools
-        for pool_id in changed:
-            for listener in self._listeners:
-                listener(pool_id)
+        self._observe(pools)
         return pools
 
     async def run(self) -> None:

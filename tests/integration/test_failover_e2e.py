@@ -83,10 +83,16 @@ class Fleet:
         self._beat.join(timeout=2)
         for publisher in self._publishers:
             publisher.stop()
-        for server_id in self.servers:
-            self._redis.delete(server_key(server_id))
-            self._redis.srem("sy:servers", server_id)
         self._redis.close()
+
+        async def deregister_all() -> None:  # as a supervisor does: gateways hear of it at once
+            client = aioredis.Redis.from_url(self.gateway.config.redis.url)
+            registry = ServerRegistry(client)
+            for server_id in self.servers:
+                await registry.deregister(server_id)
+            await client.aclose()
+
+        asyncio.run(deregister_all())
 
     def _heartbeat(self) -> None:
         while not self._stop.wait(0.3):
@@ -115,7 +121,10 @@ def fleet(triton_pool: TritonPool, live_gateway: LiveGateway) -> Iterator[Fleet]
         fleet.close()
         for server in servers.values():
             server.stop()
-        time.sleep(1.0)  # the gateway falls back to the session's configured server
+        # The gateway falls back to the session's configured server once it has heard the
+        # servers leave (and read that one's metrics).
+        url = live_gateway.url
+        assert wait_until(lambda: httpx.get(f"{url}/readyz", timeout=5).status_code == 200, 30), "never ready again"
 
 
 def _stream(
