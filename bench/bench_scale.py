@@ -66,7 +66,7 @@ def run() -> dict[str, Any]:
         try:
             config = _config(server.url, Path(tmp))
             path = dump_config(config, Path(tmp) / "switchyard.yaml")
-            rows = [_fleet_row(path, size) for size in SIZES]
+            rows = [_real_row(), *(_fleet_row(path, size) for size in SIZES)]
             rows.append(_publisher_row(config))
             rows += asyncio.run(_request_rows(config))
         finally:
@@ -104,6 +104,46 @@ def _config(redis_url: str, var: Path) -> SwitchyardConfig:
 
 
 # -- idle and routing, per fleet size -------------------------------------------------------
+
+
+def _real_row() -> dict[str, Any]:
+    """`switchyard up`'s stack with four real tritonservers of the small model and nothing to
+    do: the CPU its gateway workers and its supervisor spend over IDLE_WINDOW_S."""
+    from bench.live import bench_config, start_stack, with_copies
+
+    base = load_config()
+    config = with_copies(bench_config(base, {POOL: ("small", base.pools[POOL].engine)}, {"bench": 1.0}), POOL, 4)
+    stack, _ = start_stack(config)
+    try:
+        assert stack.gateway is not None and stack.gateway.pid is not None
+        workers = _children(stack.gateway.pid)
+        supervisor = _ThreadCpu("supervisor")
+        time.sleep(ROUTING_WINDOW_S + 0.5)
+        before = ({pid: _process_cpu_s(pid) for pid in workers}, supervisor.read(), time.monotonic())
+        time.sleep(IDLE_WINDOW_S)
+        wall = time.monotonic() - before[2]
+        per_worker = [100 * (_process_cpu_s(pid) - cpu) / wall for pid, cpu in before[0].items()]
+        supervisor_pct = 100 * (supervisor.read() - before[1]) / wall
+    finally:
+        stack.stop()
+    return {
+        "case": "4 real servers (make up's stack)",
+        "gateway_worker_idle_cpu_pct": round(max(per_worker), 2),
+        "supervisor_idle_cpu_pct": round(supervisor_pct, 2),
+    }
+
+
+def _children(pid: int) -> list[int]:
+    """The uvicorn workers under the gateway's process (or the process itself, alone)."""
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    return [int(child) for child in children] or [pid]
+
+
+def _process_cpu_s(pid: int) -> float:
+    import os
+
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _fleet_row(config_path: Path, size: int) -> dict[str, Any]:

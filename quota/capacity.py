@@ -79,8 +79,9 @@ def config_metrics_urls(config: SwitchyardConfig, host: str = "127.0.0.1") -> di
     }
 
 
-class _ObservedPools:
-    """The pools' capacity as last observed, and the listeners told when a pool's changes."""
+class ObservedPools:
+    """A `CapacitySource`'s common part: the pools' capacity as last observed, and the
+    listeners told when a pool's changes (its subclasses observe, then call `_observe`)."""
 
     def __init__(self) -> None:
         self._pools: dict[str, PoolCapacity] = {}
@@ -108,7 +109,7 @@ def _tokens(pools: Mapping[str, PoolCapacity], pool_id: str) -> int:
     return pool.capacity_tokens if pool is not None else 0
 
 
-class CapacityMonitor(_ObservedPools):
+class CapacityMonitor(ObservedPools):
     """Polls every server's metrics each `refresh_s` and keeps each pool's capacity.
 
     `endpoints` returns the metrics URLs per pool at each refresh, so the server list can come
@@ -163,7 +164,7 @@ class CapacityMonitor(_ObservedPools):
             return None  # unreachable or unreadable: counts zero
 
 
-class BoardCapacity(_ObservedPools):
+class BoardCapacity(ObservedPools):
     """Each pool's KV capacity from the load board (what its servers publish), read every
     `refresh_s`: one HGETALL per pool, however many servers. A pool nothing publishes for (a
     server started by hand, without a server id) is read from its configured servers' metrics

@@ -32,7 +32,7 @@ import httpx
 
 from config.settings import SwitchyardConfig
 from contracts.engine_metrics import EngineHealth, parse_engine_health
-from quota.capacity import PoolCapacity
+from quota.capacity import ObservedPools, PoolCapacity
 from quota.load_board import Freshness, LoadBoard, LoadReport
 from router.registry import ServerInfo, ServerRegistry
 from router.routing_policy import ServerLoad, ServerState
@@ -45,7 +45,9 @@ ROUTING_WINDOW_S = 2.0
 CONFIGURED_SUFFIX = "-configured"
 
 
-class ServerDirectory:
+class ServerDirectory(ObservedPools):
+    """One gateway worker's view of the fleet, and admission's capacity (module docstring)."""
+
     def __init__(
         self,
         config: SwitchyardConfig,
@@ -63,6 +65,7 @@ class ServerDirectory:
     ) -> None:
         """`on_added` / `on_removed`: a server became routable / left (open and close its client).
         `refresh_s`: how often the board is read (default `fleet.load_publish_s`)."""
+        super().__init__()
         self._config = config
         self._registry = registry
         self._board = board
@@ -84,19 +87,11 @@ class ServerDirectory:
         # when it was scraped): routing counts what it sent since on top of it.
         self.scraped_at: dict[str, float] = {}
         self._task: asyncio.Task[None] | None = None
-        self._capacity: dict[str, PoolCapacity] = {}
-        self._listeners: list[Callable[[str], None]] = []
 
     @property
     def refresh_s(self) -> float:
         """How often the board is read while this worker routes."""
         return self._refresh_s
-
-    def capacity(self, pool_id: str) -> PoolCapacity:
-        return self._capacity.get(pool_id, PoolCapacity(pool_id))
-
-    def subscribe(self, listener: Callable[[str], None]) -> None:
-        self._listeners.append(listener)
 
     def loads(self, pool_id: str) -> list[ServerLoad]:
         """The pool's servers as last read. Routing asks for them: the board is then read
@@ -204,11 +199,7 @@ class ServerDirectory:
                 ready_servers=len(ready),
                 servers=len(loads),
             )
-        changed = [p for p in capacity if capacity[p].capacity_tokens != self.capacity(p).capacity_tokens]
-        self._capacity = capacity
-        for pool_id in changed:
-            for listener in self._listeners:
-                listener(pool_id)
+        self._observe(capacity)
 
     def _servers(self, now: float) -> list[ServerInfo]:
         pools = {info.pool_id for info in self._registered}
