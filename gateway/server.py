@@ -18,6 +18,7 @@ from fastapi import FastAPI
 from config.logging_setup import logging_config
 from config.settings import SwitchyardConfig, dump_config, load_config
 from gateway.app import create_app
+from gateway.http_protocol import NoDelayH11Protocol
 from gateway.metrics_registry import MULTIPROC_DIR_ENV, fresh_multiprocess_dir
 from gateway.settings import GatewaySettings
 
@@ -39,6 +40,7 @@ def serve(
         "log_config": logging_config("INFO"),  # JSON lines, in every worker
         # SSE replies carry their own keep-alive comments; don't cut slow clients short.
         "timeout_keep_alive": 30,
+        "http": NoDelayH11Protocol,  # small writes go at once, however many workers
     }
     if settings.workers == 1:
         uvicorn.run(create_app(settings, config=config), **options)  # type: ignore[arg-type]
