@@ -166,8 +166,22 @@ class RoutingPolicy:
         def matched(server: ServerLoad) -> int:
             return max(matches.get(server.server_id, 0), 0)
 
+        read_all = self.prefix_block_cost * max(request_tokens, 0)  # a start that matches nothing
+
         def least_loaded(server: ServerLoad) -> tuple[float, int, str]:
-            return (self._start_cost(server, request_tokens, matched(server)), server.load, server.server_id)
+            # Tokens of work before this request's first token there (the module docstring),
+            # then its load and id to break ties. Inline: it runs for every server on most picks.
+            kv_in_use = max(server.capacity_tokens - server.free_tokens, 0)
+            active = server.active_requests
+            per_waiting = kv_in_use / active if active > 0 else request_tokens
+            work_ahead = kv_in_use + server.inflight_tokens + server.waiting_requests * per_waiting
+            blocks = matches.get(server.server_id, 0) if matches else 0
+            if blocks > 0:
+                cost = work_ahead + self.prefix_block_cost * max(request_tokens - blocks * self.block_size, 0)
+            else:
+                cost = work_ahead + read_all
+            load = active + server.waiting_requests + server.inflight_requests
+            return (cost, load, server.server_id)
 
         def choice(server: ServerLoad, reason: str) -> RouteChoice:
             return RouteChoice(server.server_id, matched(server), reason)
@@ -193,14 +207,6 @@ class RoutingPolicy:
         if home_key is not None:
             return choice(max(within, key=lambda s: _rendezvous(home_key, s.server_id)), REASON_HOME)
         return choice(min(within, key=least_loaded), reason)
-
-    def _start_cost(self, server: ServerLoad, request_tokens: int, matched_blocks: int) -> float:
-        """Tokens of work before this request's first token on `server` (see the module docstring)."""
-        kv_in_use = max(server.capacity_tokens - server.free_tokens, 0)
-        per_waiting = kv_in_use / server.active_requests if server.active_requests > 0 else request_tokens
-        work_ahead = kv_in_use + server.inflight_tokens + server.waiting_requests * per_waiting
-        to_read = max(request_tokens - matched_blocks * self.block_size, 0)
-        return work_ahead + self.prefix_block_cost * to_read
 
 
 def _rendezvous(key: int, server_id: str) -> int:
