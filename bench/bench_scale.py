@@ -148,12 +148,12 @@ def _process_cpu_s(pid: int) -> float:
 
 def _fleet_row(config_path: Path, size: int) -> dict[str, Any]:
     ctx = multiprocessing.get_context("spawn")
-    stop, busy = ctx.Event(), ctx.Event()
-    fleet = ctx.Process(target=_stand_in_fleet, args=(str(config_path), size, stop, busy), daemon=True)
+    stop, busy, quiet = ctx.Event(), ctx.Event(), ctx.Event()
+    fleet = ctx.Process(target=_stand_in_fleet, args=(str(config_path), size, stop, busy, quiet), daemon=True)
     fleet.start()
     try:
         results: Any = ctx.Queue()
-        worker = ctx.Process(target=_gateway_worker, args=(str(config_path), size, busy, results), daemon=True)
+        worker = ctx.Process(target=_gateway_worker, args=(str(config_path), size, busy, quiet, results), daemon=True)
         worker.start()
         row: dict[str, Any] = results.get(timeout=300)
         worker.join(timeout=30)
@@ -163,10 +163,11 @@ def _fleet_row(config_path: Path, size: int) -> dict[str, Any]:
     return {"case": f"{size} servers", **row}
 
 
-def _stand_in_fleet(config_path: str, size: int, stop: Any, busy: Any) -> None:
+def _stand_in_fleet(config_path: str, size: int, stop: Any, busy: Any, quiet: Any) -> None:
     """N registered servers whose reports are written each period (one pipeline for all: the
     writes N publishers would make), heartbeats every 0.5 s: an idle fleet's (the same load,
-    seq and times advancing) until `busy` is set, then loads that move as a busy fleet's."""
+    seq and times advancing) until `busy` is set, then loads that move as a busy fleet's; it
+    writes nothing while `quiet` is set (routing is then timed alone)."""
 
     async def main() -> None:
         config = load_config(Path(config_path))
@@ -181,6 +182,9 @@ def _stand_in_fleet(config_path: str, size: int, stop: Any, busy: Any) -> None:
         rng = random.Random(size)
         seq, period = 0, config.fleet.load_publish_s
         while not stop.is_set():
+            if quiet.is_set():
+                await asyncio.sleep(period)
+                continue
             began, seq = time.time(), seq + 1
             async with client.pipeline(transaction=False) as pipe:
                 for server_id in servers:
@@ -201,7 +205,7 @@ def _stand_in_fleet(config_path: str, size: int, stop: Any, busy: Any) -> None:
     asyncio.run(main())
 
 
-def _gateway_worker(config_path: str, size: int, busy: Any, results: Any) -> None:
+def _gateway_worker(config_path: str, size: int, busy: Any, quiet: Any, results: Any) -> None:
     """One gateway worker's view of the fleet: its CPU while the fleet idles, then while the
     fleet's loads move (every report differs each period), then routing decisions."""
 
@@ -227,7 +231,11 @@ def _gateway_worker(config_path: str, size: int, busy: Any, results: Any) -> Non
         cpu, wall = time.process_time(), time.monotonic()
         decisions, staleness = await _picks(directory, picker)
         routing_pct = 100 * (time.process_time() - cpu) / (time.monotonic() - wall)
+        # The decision alone: the fleet stand-in quiet and this worker's refreshes stopped, so
+        # the same 2-core machine's other processes do not preempt the picks being timed.
+        quiet.set()
         await directory.close()
+        alone, _ = await _picks(directory, picker, refreshing=False)
         await http.aclose()
         await client.aclose()
         return {
@@ -236,6 +244,8 @@ def _gateway_worker(config_path: str, size: int, busy: Any, results: Any) -> Non
             "gateway_worker_cpu_pct_routing": round(routing_pct, 2),
             "routing_p50_ms": round(_quantile(decisions, 0.5) * 1e3, 4),
             "routing_p99_ms": round(_quantile(decisions, 0.99) * 1e3, 4),
+            "routing_alone_p50_ms": round(_quantile(alone, 0.5) * 1e3, 4),
+            "routing_alone_p99_ms": round(_quantile(alone, 0.99) * 1e3, 4),
             "staleness_p50_ms": round(_quantile(staleness, 0.5) * 1e3, 1),
             "staleness_p99_ms": round(_quantile(staleness, 0.99) * 1e3, 1),
         }
@@ -250,13 +260,16 @@ async def _cpu_pct_over(window_s: float) -> float:
     return 100 * (time.process_time() - cpu) / (time.monotonic() - wall)
 
 
-async def _picks(directory: ServerDirectory, picker: FleetPicker) -> tuple[list[float], list[float]]:
+async def _picks(
+    directory: ServerDirectory, picker: FleetPicker, *, refreshing: bool = True
+) -> tuple[list[float], list[float]]:
     """PICKS decisions spread over a few seconds (so they sample every refresh phase), with
     ~100 requests of this worker in flight and prompts sharing a few hot prefixes. They are
     timed once this worker routes (its directory reads the board every period then; the first
     request after ROUTING_WINDOW_S without any sees a view up to `idle_refresh_s` old)."""
-    directory.loads(POOL)
-    await asyncio.sleep(2 * directory.refresh_s)
+    if refreshing:
+        directory.loads(POOL)
+        await asyncio.sleep(2 * directory.refresh_s)
     rng = random.Random(7)
     decisions: list[float] = []
     staleness: list[float] = []
