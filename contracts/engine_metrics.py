@@ -73,7 +73,7 @@ class EngineHealth:
     active: int  # requests admitted in the engines
     waiting: int  # requests queued for admission
     bulk_tokens: int = 0  # KV held by bulk that people's requests may preempt (KvCache.bulk_tokens)
-    interactive: int = 0  # interactive requests in the engines, admitted or waiting
+    interactive_requests: int = 0  # in the engines, admitted or waiting (as KvCache's)
 
     @property
     def in_flight(self) -> int:

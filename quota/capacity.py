@@ -104,6 +104,28 @@ class ObservedPools:
                 listener(pool_id)
 
 
+class _ServerKv(Protocol):
+    """What a pool's capacity sums over its ready servers (KvCache, EngineHealth)."""
+
+    @property
+    def capacity_tokens(self) -> int: ...
+    @property
+    def free_tokens(self) -> int: ...
+    @property
+    def interactive_requests(self) -> int: ...
+
+
+def _pool_capacity(pool_id: str, ready: Sequence[_ServerKv], *, servers: int) -> PoolCapacity:
+    return PoolCapacity(
+        pool_id,
+        capacity_tokens=sum(server.capacity_tokens for server in ready),
+        free_tokens=sum(server.free_tokens for server in ready),
+        ready_servers=len(ready),
+        servers=servers,
+        interactive_requests=sum(server.interactive_requests for server in ready),
+    )
+
+
 def _tokens(pools: Mapping[str, PoolCapacity], pool_id: str) -> int:
     pool = pools.get(pool_id)
     return pool.capacity_tokens if pool is not None else 0
@@ -138,14 +160,7 @@ class CapacityMonitor(ObservedPools):
         pools: dict[str, PoolCapacity] = {}
         for pool_id, pool_urls in endpoints.items():
             ready = [cache for url in pool_urls if (cache := caches[url]) is not None and cache.capacity_tokens > 0]
-            pools[pool_id] = PoolCapacity(
-                pool_id,
-                capacity_tokens=sum(cache.capacity_tokens for cache in ready),
-                free_tokens=sum(cache.free_tokens for cache in ready),
-                ready_servers=len(ready),
-                servers=len(pool_urls),
-                interactive_requests=sum(cache.interactive_requests for cache in ready),
-            )
+            pools[pool_id] = _pool_capacity(pool_id, ready, servers=len(pool_urls))
         self._observe(pools)
         return pools
 
@@ -204,14 +219,7 @@ class BoardCapacity(ObservedPools):
                 for r in reports
                 if self._freshness.fresh(r, now) and r.ready and r.health is not None and r.health.capacity_tokens > 0
             ]
-            pools[pool_id] = PoolCapacity(
-                pool_id,
-                capacity_tokens=sum(h.capacity_tokens for h in ready),
-                free_tokens=sum(h.free_tokens for h in ready),
-                ready_servers=len(ready),
-                servers=len(reports),
-                interactive_requests=sum(h.interactive for h in ready),
-            )
+            pools[pool_id] = _pool_capacity(pool_id, ready, servers=len(reports))
         self._freshness.forget_all_but(server for board in boards.values() for server in board)
         self._observe(pools)
         return pools

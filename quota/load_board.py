@@ -58,7 +58,7 @@ class LoadReport:
         beat = "" if health.heartbeat is None else f"{health.heartbeat:.3f}"
         return (
             f"{head},{beat},{health.capacity_tokens},{health.free_tokens},"
-            f"{health.active},{health.waiting},{health.bulk_tokens},{health.interactive}"
+            f"{health.active},{health.waiting},{health.bulk_tokens},{health.interactive_requests}"
         )
 
     @classmethod
