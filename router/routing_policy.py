@@ -149,15 +149,20 @@ class RoutingPolicy:
         """
         if request_tokens < 0:
             raise ValueError(f"request_tokens must be non-negative, got {request_tokens}")
-        # One pass over the pool for what every rule below needs (a pick is on each request's
-        # path: at 400 servers its passes over them are what it costs).
-        excluded = set(exclude)
+        # Two passes over the pool for what every rule below needs (a pick is on each request's
+        # path: at 400 servers its passes over them are what it costs, so the loads are read
+        # inline rather than through the properties).
+        excluded = set(exclude) if exclude else ()
         eligible: list[ServerLoad] = []
+        loads: list[int] = []
         total_load = 0
+        ready = ServerState.READY
         for server in servers:
-            if server.state is ServerState.READY and server.server_id not in excluded:
+            if server.state is ready and server.server_id not in excluded:
+                load = server.active_requests + server.waiting_requests + server.inflight_requests
                 eligible.append(server)
-                total_load += server.load
+                loads.append(load)
+                total_load += load
         if not eligible:
             return None
         if len({s.server_id for s in eligible}) != len(eligible):
@@ -186,26 +191,33 @@ class RoutingPolicy:
         def choice(server: ServerLoad, reason: str) -> RouteChoice:
             return RouteChoice(server.server_id, matched(server), reason)
 
-        candidates = [s for s in eligible if s.room_tokens >= request_tokens]
+        # With room for the request; of those, within the bound; of those, holding the prefix.
+        bound = self.load_factor * total_load / len(eligible) + 1
+        candidates: list[ServerLoad] = []
+        within: list[ServerLoad] = []
+        holders: list[ServerLoad] = []
+        for server, load in zip(eligible, loads, strict=True):
+            if server.free_tokens - server.inflight_tokens >= request_tokens:
+                candidates.append(server)
+                if load <= bound:
+                    within.append(server)
+                    if matches and matches.get(server.server_id, 0) > 0:
+                        holders.append(server)
         if not candidates and displace_bulk:
             displacing = [s for s in eligible if s.room_tokens + max(s.bulk_tokens, 0) >= request_tokens]
             if displacing:
                 return choice(min(displacing, key=least_loaded), REASON_DISPLACE)
         if not candidates:
             return choice(min(eligible, key=least_loaded), REASON_NO_ROOM)
-
-        bound = self.load_factor * total_load / len(eligible) + 1
-        within = [s for s in candidates if s.load <= bound]
-        holders = [s for s in within if matches.get(s.server_id, 0) > 0] if matches else []
         if holders:
             return choice(min(holders, key=lambda s: (-matched(s), *least_loaded(s))), REASON_PREFIX)
         if not within:
             # The least loaded eligible server is always within the bound, but it may lack room;
             # then room comes first: an over-bound server still starts the request sooner.
             return choice(min(candidates, key=least_loaded), REASON_LEAST_LOADED)
-        reason = REASON_SPILL if any(matched(s) > 0 for s in candidates) else REASON_LEAST_LOADED
         if home_key is not None:
             return choice(max(within, key=lambda s: _rendezvous(home_key, s.server_id)), REASON_HOME)
+        reason = REASON_SPILL if matches and any(matched(s) > 0 for s in candidates) else REASON_LEAST_LOADED
         return choice(min(within, key=least_loaded), reason)
 
 
