@@ -47,24 +47,25 @@ class FleetPicker:
         # rather than O(servers x requests in flight).
         self._sent_to: dict[str, dict[str, _Sent]] = {}
         self._failed_at: dict[str, float] = {}  # server -> when a request last failed there
-        # server -> (its load as read, that plus what this gateway sent): a server's sum is
-        # made again only when a new reading comes or a request starts or ends there, not on
-        # every pick (at 400 servers a worker with hundreds of requests in flight would
-        # otherwise rebuild every server's load on each pick).
-        self._adjusted: dict[str, tuple[ServerLoad, ServerLoad]] = {}
+        # server -> (its load as read, when it was sampled, that plus what this gateway sent
+        # since): a server's sum is made again only when a new reading comes or a request
+        # starts or ends there, not on every pick (at 400 servers a worker with hundreds of
+        # requests in flight would otherwise rebuild every server's load on each pick).
+        self._adjusted: dict[str, tuple[ServerLoad, float, ServerLoad]] = {}
 
     def pick(self, request: GenerationRequest, exclude: Collection[str]) -> str | None:
         pools = self._config.pools_for_model(request.model_id)
         if not pools:
             return None
-        sent_to, adjusted = self._sent_to, self._adjusted
+        sent_to, adjusted, scraped_at = self._sent_to, self._adjusted, self._directory.scraped_at
         servers: list[ServerLoad] = []
         for load in self._directory.loads(pools[0]):
             if load.server_id in sent_to:
+                since = scraped_at.get(load.server_id, 0.0)
                 cached = adjusted.get(load.server_id)
-                if cached is None or cached[0] is not load:
-                    cached = adjusted[load.server_id] = (load, self._with_sent(load))
-                load = cached[1]
+                if cached is None or cached[0] is not load or cached[1] != since:
+                    cached = adjusted[load.server_id] = (load, since, self._with_sent(load, since))
+                load = cached[2]
             servers.append(load)
         matches = self._index.matches(request.prefix_block_hashes)
         tokens = request.prompt_tokens + request.max_tokens
@@ -120,7 +121,7 @@ class FleetPicker:
             if pool.target_copies > 0
         ]
 
-    def _with_sent(self, load: ServerLoad) -> ServerLoad:
+    def _with_sent(self, load: ServerLoad, since: float) -> ServerLoad:
         """The scraped load plus what this gateway sent there that the numbers may not show.
 
         KV: what went out after the scrape. Requests: never fewer than this gateway's own
@@ -130,7 +131,6 @@ class FleetPicker:
         if not there:
             return load
         mine = there.values()
-        since = self._directory.scraped_at.get(load.server_id, 0.0)
         scraped = load.active_requests + load.waiting_requests
         # Built directly: `dataclasses.replace` costs several times more, for up to every
         # server of the pool on each pick.

@@ -107,3 +107,17 @@ async def test_readiness_per_pool() -> None:
     clock = Clock()
     ready = await picker(Directory([idle("a")]), clock).readiness()
     assert {(r.pool_id, r.ready) for r in ready} == {("small", True), ("large", False)}
+
+
+def test_a_later_sample_drops_the_sends_it_already_shows() -> None:
+    """The picker keeps each server's load plus its sends between picks; a reading sampled
+    after a send must no longer count that send's tokens, even when the numbers are unchanged."""
+    small = ServerLoad("a", ServerState.READY, 1_500, 1_500, 0, 0)  # room for one request
+    busy = ServerLoad("b", ServerState.READY, 100_000, 50_000, 1, 0)  # room, but much work ahead
+    clock, directory = Clock(), Directory([small, busy])
+    choose = picker(directory, clock)
+    assert choose.pick(request("r1"), ()) == "a"
+    choose.started("a", request("r1"))
+    assert choose.pick(request("r2"), ()) == "b"  # r1's 1,100 tokens fill a's room
+    directory.scraped_at = {"a": 11.0, "b": 11.0}  # sampled after r1 went out, the same numbers
+    assert choose.pick(request("r3"), ()) == "a"
