@@ -158,7 +158,7 @@ async def _scenario(stack: Stack, model: str, headers: dict[str, str]) -> dict[s
     pool = stack.config.pools[model]
     server_ids = [f"{model}-{k}" for k in range(pool.target_copies)]
     urls = {sid: stack.metrics_url(model, k) for k, sid in enumerate(server_ids)}
-    backend = TritonBackend({}, {})
+    backend = TritonBackend({}, {}, headers=stack.config.triton_grpc_headers())
     for k, server_id in enumerate(server_ids):
         ports = stack.ports.ports(model, k)
         backend.add_target(server_id, InferenceServerClient(url=f"127.0.0.1:{ports.grpc}"), model)

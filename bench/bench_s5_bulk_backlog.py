@@ -154,7 +154,7 @@ async def _ingest(stack: Stack, model: str, headers: dict[str, str], total: int)
     """Upload `total` requests; the seconds it took, and what was sent."""
     assert stack.gateway is not None and stack.gateway.pid is not None
     pgid, prompts = stack.gateway.pid, _prompts()
-    info = redis.Redis.from_url(stack.config.redis.url)
+    info = redis.Redis.from_url(stack.config.redis_url("admin"))
     files = iter(range(0, total, FILE_REQUESTS))
     tally = UploadTally(samples=[_sample(0, pgid, info)])  # the first sample: before any upload
 

@@ -269,7 +269,7 @@ async def _scenario(stack: Stack, model: str, headers: dict[str, str]) -> dict[s
     ]  # fmt: skip
     short = {"model": model, "prompt": prompt_of(tokenizer, 32, seed=9), "max_tokens": NEW_MAX_TOKENS}
     server_ids = [f"{model}-{k}" for k in range(config.pools[model].target_copies)]
-    redis_client = redis.asyncio.Redis.from_url(config.redis.url)
+    redis_client = redis.asyncio.Redis.from_url(config.redis_url("admin"))
     pool = Pool(
         server_ids,
         {sid: stack.metrics_url(model, k) for k, sid in enumerate(server_ids)},

@@ -61,10 +61,10 @@ REQUESTS_PER_LENGTH = 20
 def run() -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp:
         (port,) = free_ports(1)
-        server = RedisServer(port, Path(tmp) / "redis", Path(tmp) / "redis.log")
+        server = RedisServer(port, Path(tmp) / "redis", Path(tmp) / "redis.log", secrets_dir=Path(tmp) / "secrets")
         server.start()
         try:
-            config = _config(server.url, Path(tmp))
+            config = _config(server.url, Path(tmp), server.secrets_dir)
             path = dump_config(config, Path(tmp) / "switchyard.yaml")
             rows = [_real_row(), *(_fleet_row(path, size) for size in SIZES)]
             rows.append(_publisher_row(config))
@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> None:
     run()
 
 
-def _config(redis_url: str, var: Path) -> SwitchyardConfig:
+def _config(redis_url: str, var: Path, secrets_dir: Path) -> SwitchyardConfig:
     """switchyard.yaml's, with one pool (the one the stand-ins serve) and this run's Redis."""
     base = load_config()
     port = int(redis_url.rsplit(":", 1)[1].split("/")[0])
@@ -99,6 +99,7 @@ def _config(redis_url: str, var: Path) -> SwitchyardConfig:
             "pools": {POOL: base.pools[POOL]},
             "redis": base.redis.model_copy(update={"port": port}),
             "var_dir": str(var / "var"),
+            "secrets_dir": str(secrets_dir),
         }
     )
 
@@ -171,7 +172,7 @@ def _stand_in_fleet(config_path: str, size: int, stop: Any, busy: Any, quiet: An
 
     async def main() -> None:
         config = load_config(Path(config_path))
-        client = aioredis.Redis.from_url(config.redis.url)
+        client = aioredis.Redis.from_url(config.redis_url("admin"))
         registry = ServerRegistry(client, config.fleet.dead_after_s)
         servers = [f"{POOL}-{i}" for i in range(size)]
         now = time.time()
@@ -211,7 +212,7 @@ def _gateway_worker(config_path: str, size: int, busy: Any, quiet: Any, results:
 
     async def main() -> dict[str, Any]:
         config = load_config(Path(config_path))
-        client = aioredis.Redis.from_url(config.redis.url, socket_timeout=2.0)
+        client = aioredis.Redis.from_url(config.redis_url("admin"), socket_timeout=2.0)
         http = httpx.AsyncClient()
         directory = ServerDirectory(
             config, ServerRegistry(client, config.fleet.dead_after_s), LoadBoard(client), http,
@@ -422,8 +423,8 @@ async def _request_rows(config: SwitchyardConfig) -> list[dict[str, Any]]:
         capacity=StaticCapacity({POOL: 10_000_000}),
     )  # fmt: skip
     team = next(iter(config.teams))
-    key = SyncKeyStore(redis.Redis.from_url(config.redis.url), config.teams).create(team)
-    sync = redis.Redis.from_url(config.redis.url)
+    key = SyncKeyStore(redis.Redis.from_url(config.redis_url("admin")), config.teams).create(team)
+    sync = redis.Redis.from_url(config.redis_url("admin"))
     rows: list[dict[str, Any]] = []
     transport = httpx.ASGITransport(app=app)
     async with (
@@ -433,7 +434,7 @@ async def _request_rows(config: SwitchyardConfig) -> list[dict[str, Any]]:
         ) as client,
     ):
         registry = app.state.services.registry
-        counter = _ClientCommands(config.redis.url)
+        counter = _ClientCommands(config.redis_url("admin"))
         for tokens in REPLY_TOKENS:
             for with_id in (False, True):
                 backend.tokens = tokens
@@ -500,6 +501,7 @@ class _ClientCommands:
         self._count = 0
         self._marks: set[str] = set()
         self._cond = threading.Condition()
+        self._redis_url = url
         self._client = redis.Redis.from_url(url)
         self._monitor = self._client.monitor().__enter__()  # type: ignore[no-untyped-call]
         self._thread = threading.Thread(target=self._listen, daemon=True)
@@ -521,15 +523,11 @@ class _ClientCommands:
 
     def count(self) -> int:
         mark = f"sy-bench-mark-{time.time_ns()}"
-        with redis.Redis.from_url(self._url()) as r:
+        with redis.Redis.from_url(self._redis_url) as r:
             r.echo(mark)
         with self._cond:
             assert self._cond.wait_for(lambda: mark in self._marks, timeout=30), "MONITOR never echoed the mark"
             return self._count
-
-    def _url(self) -> str:
-        kwargs = self._client.connection_pool.connection_kwargs
-        return f"redis://{kwargs.get('host', '127.0.0.1')}:{kwargs.get('port', 6379)}/{kwargs.get('db', 0)}"
 
     def stop(self) -> None:
         self._client.close()

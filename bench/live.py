@@ -88,7 +88,7 @@ def start_stack(config: SwitchyardConfig) -> tuple[Stack, dict[str, dict[str, st
     stack = Stack(config)
     stack.start()
     try:
-        client = redis.Redis.from_url(config.redis.url)
+        client = redis.Redis.from_url(config.redis_url("admin"))
         client.flushall()  # leases and records of an earlier run would skew this one
         store = SyncKeyStore(client, config.teams)
         headers = {team: {"Authorization": f"Bearer {store.create(team)}"} for team in config.teams}

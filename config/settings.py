@@ -6,11 +6,21 @@ rather than a surprise in a running server.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from config.internal_secrets import (
+    TRITON_GRPC_KEY_HEADER,
+    TRITON_KEY_FILE,
+    TRITON_KEY_HEADER,
+    RedisComponent,
+    read_secret,
+)
+from config.redis_settings import RedisSpec as RedisSpec
 
 DEFAULT_CONFIG_PATH = Path(__file__).resolve().parent.parent / "switchyard.yaml"
 
@@ -80,6 +90,8 @@ class Ports(_Strict):
     metrics: Annotated[int, Field(ge=1, le=65535)]
 
 
+# A team's name: the alphabet Redis keys and scoped request ids can hold without ambiguity.
+TEAM_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
 COPY_PORT_STRIDE = 10  # copy k of a pool listens on the pool's ports + 10·k
 
 
@@ -149,6 +161,7 @@ class TeamSpec(_Strict):
     tokens_per_day: Annotated[int, Field(ge=1)] | None = None
     default_class: Literal["interactive", "bulk"] = "interactive"
     api_key_hashes: list[str] = []
+    storage_bytes: Annotated[int, Field(ge=1)] | None = None  # None: bulk.team_storage_bytes
 
     def may_use(self, model_id: str) -> bool:
         return "*" in self.models or model_id in self.models
@@ -185,6 +198,16 @@ class BulkSpec(_Strict):
     reclaim_idle_s: Annotated[float, Field(gt=0)] = 30.0  # a dead dispatcher's entries go to another after this
     results_flush_s: Annotated[float, Field(gt=0)] = 1.0  # how often results are written out
     metrics_port: Annotated[int, Field(ge=0, le=65535)] = 8009  # the dispatcher's /metrics; 0: none
+    # Retention (bulk/retention.py; OpenAI's defaults): an uploaded file lives this long unless
+    # its upload says `expires_after`; a batch's output and error files this long after they are
+    # written; a batch's record (and a native upload's input) this long after the batch ends.
+    file_ttl_s: Annotated[int, Field(ge=1)] = 30 * 86400
+    output_file_ttl_s: Annotated[int, Field(ge=1)] = 30 * 86400
+    batch_ttl_s: Annotated[int, Field(ge=1)] = 30 * 86400
+    retention_sweep_s: Annotated[float, Field(gt=0)] = 60.0  # how often a dispatcher deletes what expired
+    # What one team may keep stored (uploads, native batch inputs, output files), unless its
+    # `teams.<team>.storage_bytes` says otherwise.
+    team_storage_bytes: Annotated[int, Field(ge=1)] = 100 * 1024**3
 
 
 class GpuSpec(_Strict):
@@ -246,17 +269,21 @@ class GatewaySpec(_Strict):
     idempotency_ttl_s: Annotated[int, Field(ge=60)] = 24 * 3600
     # ... and a bulk request's: its dispatcher writes the result itself and retries under a new id.
     bulk_result_ttl_s: Annotated[int, Field(ge=60)] = 600
-
-
-class RedisSpec(_Strict):
-    """Where shared state lives. `make up` starts a local redis-server on this port."""
-
-    host: str = "127.0.0.1"
-    port: Annotated[int, Field(ge=1, le=65535)] = 6390
-
-    @property
-    def url(self) -> str:
-        return f"redis://{self.host}:{self.port}/0"
+    # The edge (gateway/edge_guard.py, docs/security.md): a JSON body over this is a 413 unread;
+    # an upload (multipart /v1/files, /v1/batches) may be bulk.max_file_bytes plus 1 MiB of form.
+    max_body_bytes: Annotated[int, Field(ge=1024)] = 4 * 1024 * 1024
+    # Requests one API key may have in flight, streams among them (per gateway: each of its
+    # worker processes allows its share). Beyond: 429 with Retry-After. The admin key is exempt.
+    max_requests_per_key: Annotated[int, Field(ge=1)] = 1024
+    max_streams_per_key: Annotated[int, Field(ge=1)] = 512
+    # A body must start within body_timeout_s, never pause longer, and average at least
+    # min_body_bytes_per_s after that first allowance; else 408.
+    body_timeout_s: Annotated[float, Field(gt=0)] = 30.0
+    min_body_bytes_per_s: Annotated[int, Field(ge=1)] = 64 * 1024
+    # How long the edge trusts a key it resolved (a revoked key stops working within this).
+    key_cache_s: Annotated[float, Field(ge=0)] = 2.0
+    # Threads per gateway process that tokenize long prompts, off the event loop.
+    tokenizer_threads: Annotated[int, Field(ge=1)] = 2
 
 
 class SwitchyardConfig(_Strict):
@@ -264,6 +291,8 @@ class SwitchyardConfig(_Strict):
 
     root: Path = Path(".")
     var_dir: str = "var"
+    # Redis passwords and Triton's inference key (config/internal_secrets.py), one file each.
+    secrets_dir: str = "var/secrets"
     models: dict[str, ModelSpec]
     pools: dict[str, PoolSpec]
     gateway: GatewaySpec = GatewaySpec()
@@ -275,6 +304,17 @@ class SwitchyardConfig(_Strict):
     gpu: GpuSpec = GpuSpec()
     serving: ServingSpec = ServingSpec()
     autoscaler: AutoscalerSpec = AutoscalerSpec()
+
+    @model_validator(mode="after")
+    def _team_names_safe(self) -> SwitchyardConfig:
+        """Team names go into Redis keys (`sy:req:{team}:{id}`) and request ids (`team/id`): from
+        an alphabet without the separators ':' and '/', so no name can reach another key."""
+        for team_id in self.teams:
+            if not TEAM_NAME.fullmatch(team_id):
+                raise ValueError(
+                    f"team name {team_id!r}: use 1-64 characters from A-Z, a-z, 0-9 and . _ - (no ':' or '/')"
+                )
+        return self
 
     @model_validator(mode="after")
     def _pools_name_models(self) -> SwitchyardConfig:
@@ -317,6 +357,26 @@ class SwitchyardConfig(_Strict):
     def var_path(self) -> Path:
         return self.root / self.var_dir
 
+    @property
+    def secrets_path(self) -> Path:
+        return self.root / self.secrets_dir
+
+    def redis_url(self, component: RedisComponent) -> str:
+        """The URL `component`'s Redis clients connect with (its own ACL user): the one way a
+        client of ours is made. It holds a password: log `redis.address` instead."""
+        return self.redis.url_for(component, root=self.root, secrets_path=self.secrets_path)
+
+    def triton_grpc_headers(self) -> dict[str, str]:
+        """What the gateway sends with every gRPC inference call: Triton refuses one without it."""
+        return {TRITON_GRPC_KEY_HEADER: self.triton_inference_key()}
+
+    def triton_http_headers(self) -> dict[str, str]:
+        """The same key for Triton's HTTP inference endpoints."""
+        return {TRITON_KEY_HEADER: self.triton_inference_key()}
+
+    def triton_inference_key(self) -> str:
+        return read_secret(self.secrets_path / TRITON_KEY_FILE)
+
     def model_dir(self, model_id: str) -> Path:
         return self.root / self.models[model_id].weights_uri
 
@@ -338,6 +398,8 @@ def dump_config(config: SwitchyardConfig, path: Path) -> Path:
     raw = config.model_dump(mode="json", exclude={"root"})
     raw["var_dir"] = str(config.var_path.resolve())
     raw["bulk"]["blob_dir"] = str(config.blob_path.resolve())
+    raw["secrets_dir"] = str(config.secrets_path.resolve())
+    raw["redis"] = config.redis.with_absolute_paths(config.root).model_dump(mode="json")
     for model_id, model in raw["models"].items():
         model["weights_uri"] = str(config.model_dir(model_id).resolve())
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -162,7 +162,7 @@ async def serve_autoscaler(
     profile_factory: ProfileFactory | None = None,
 ) -> None:
     """Run the autoscaler until `stop` is set, its metrics on `autoscaler.metrics_port` (0: none)."""
-    client = redis.asyncio.Redis.from_url(config.redis.url, socket_timeout=5.0)
+    client = redis.asyncio.Redis.from_url(config.redis_url("fleet"), socket_timeout=5.0)
     metrics_server = None
     try:
         async with httpx.AsyncClient() as http:

@@ -3,7 +3,8 @@
 `switchyard up` (and so `make up`) runs it in the foreground until Ctrl-C; the benchmarks and
 the end-to-end tests use the same `Stack` so they measure what `make up` runs.
 
-    Stack.start():  redis-server ─▶ API keys (var/dev-api-key, var/admin-api-key)
+    Stack.start():  internal secrets (var/secrets: Redis users, Triton's inference key; made
+                    once, never regenerated) ─▶ redis-server ─▶ API keys (var/dev-api-key, var/admin-api-key)
                     ─▶ supervisor: target_copies tritonservers per pool (all started side by
                        side, registered in Redis, restarted when they die) ─▶ gateway ─▶ dispatcher
                     ─▶ with `autoscaler.enabled`: the autoscaler, in this process (its actuator
@@ -27,6 +28,7 @@ from config.settings import SwitchyardConfig, dump_config
 from fleet.launch.ports import ConfiguredPorts
 from fleet.launch.process import ManagedProcess, http_ok, wait_until
 from fleet.launch.redis_server import RedisServer
+from fleet.launch.secret_files import ensure_secret_files
 from fleet.launch.signals import stop_on_signals
 from fleet.supervisor_thread import SupervisorThread
 from quota.key_files import DEV_TEAM, dev_key_path, ensure_admin_key, ensure_dev_key
@@ -62,7 +64,12 @@ class Stack:
         self.pool_ids = pool_ids or [pid for pid, pool in config.pools.items() if pool.target_copies > 0]
         self.gateway_port = gateway_port or config.gateway.port
         self.redis = (
-            RedisServer(config.redis.port, config.var_path / "redis", config.var_path / "logs" / "redis.log")
+            RedisServer(
+                config.redis.port,
+                config.var_path / "redis",
+                config.var_path / "logs" / "redis.log",
+                secrets_dir=config.secrets_path,
+            )
             if with_redis
             else None
         )
@@ -82,6 +89,7 @@ class Stack:
 
     def start(self, timeout_s: float = 180.0) -> None:
         try:
+            ensure_secret_files(self.config.secrets_path)  # what the servers and the gateway read
             if self.redis is not None:
                 self.redis.start()
                 self.ensure_keys()
@@ -100,7 +108,7 @@ class Stack:
         self.admin_key_path = ensure_admin_key(self.config.var_path)
         if DEV_TEAM not in self.config.teams:
             return
-        client = redis.Redis.from_url(self.config.redis.url)
+        client = redis.Redis.from_url(self.config.redis_url("admin"))
         try:
             store = SyncKeyStore(client, self.config.teams)
             self.dev_key_path = ensure_dev_key(store, dev_key_path(self.config.var_path))

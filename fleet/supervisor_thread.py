@@ -81,7 +81,7 @@ class SupervisorThread:
 
     async def _main(self, timeout_s: float | None) -> None:
         self._loop, self._stopping = asyncio.get_running_loop(), asyncio.Event()
-        client = redis.asyncio.Redis.from_url(self._config.redis.url)
+        client = redis.asyncio.Redis.from_url(self._config.redis_url("fleet"))
         try:
             registry = ServerRegistry(client, self._config.fleet.dead_after_s)
             supervisor = Supervisor(

@@ -25,8 +25,10 @@ def fleet_backend(
 ) -> FleetBackend:
     """Call inside the running event loop (the app's lifespan): the directory starts refreshing.
     `routed` counts the router's choices by pool and reason (`GatewayMetrics.routed`)."""
-    streams = TritonBackend({}, {}, retry_after_s=retry_after_s)
-    client = aioredis.Redis.from_url(config.redis.url, socket_timeout=2.0, socket_connect_timeout=2.0)
+    # Every inference call carries the key Triton demands (fleet/launch/triton_server.py):
+    # only gateways hold it, so only they reach the models.
+    streams = TritonBackend({}, {}, retry_after_s=retry_after_s, headers=config.triton_grpc_headers())
+    client = aioredis.Redis.from_url(config.redis_url("gateway"), socket_timeout=2.0, socket_connect_timeout=2.0)
     http = httpx.AsyncClient()
     closing: set[asyncio.Task[None]] = set()
 

@@ -86,7 +86,7 @@ async def rehearse(config: SwitchyardConfig, pool_ids: list[str], ramp: Ramp, st
 
     step = config.autoscaler.interval_s
     points = [(start_at - DAY_S + i * step, ramp.rate_at(i * step)) for i in range(int(ramp.duration_s / step) + 1)]
-    client = redis.asyncio.Redis.from_url(config.redis.url)
+    client = redis.asyncio.Redis.from_url(config.redis_url("admin"))
     try:
         history = RateHistory(client)
         return sum([await history.teach(pool_id, points) for pool_id in pool_ids])

@@ -28,12 +28,12 @@ _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks
 
 
 def _unreachable(config: SwitchyardConfig, exc: Exception) -> int:
-    print(f"cannot reach redis at {config.redis.url} ({exc}); is the platform up (`make up`)?", file=sys.stderr)
+    print(f"cannot reach redis at {config.redis.address} ({exc}); is the platform up (`make up`)?", file=sys.stderr)
     return 1
 
 
 def keys_create(config: SwitchyardConfig, args: argparse.Namespace) -> int:
-    store = SyncKeyStore(redis.Redis.from_url(config.redis.url), config.teams)
+    store = SyncKeyStore(redis.Redis.from_url(config.redis_url("admin")), config.teams)
     try:
         key = store.create(args.team)
     except UnknownTeam as exc:
@@ -47,7 +47,7 @@ def keys_create(config: SwitchyardConfig, args: argparse.Namespace) -> int:
 
 
 def keys_list(config: SwitchyardConfig, args: argparse.Namespace) -> int:
-    store = SyncKeyStore(redis.Redis.from_url(config.redis.url), config.teams)
+    store = SyncKeyStore(redis.Redis.from_url(config.redis_url("admin")), config.teams)
     try:
         entries = store.list()
     except redis.RedisError as exc:
@@ -58,7 +58,7 @@ def keys_list(config: SwitchyardConfig, args: argparse.Namespace) -> int:
 
 
 def keys_revoke(config: SwitchyardConfig, args: argparse.Namespace) -> int:
-    store = SyncKeyStore(redis.Redis.from_url(config.redis.url), config.teams)
+    store = SyncKeyStore(redis.Redis.from_url(config.redis_url("admin")), config.teams)
     try:
         matches = [e for e in store.list() if e.source == "redis" and e.key_hash.startswith(args.prefix.lower())]
         if len(matches) != 1:
@@ -91,7 +91,7 @@ def usage(config: SwitchyardConfig, args: argparse.Namespace) -> int:
         print(str(exc), file=sys.stderr)
         return 2
     try:
-        rows = asyncio.run(_query_usage(config.redis.url, args.team, start, now, args.hourly))
+        rows = asyncio.run(_query_usage(config.redis_url("admin"), args.team, start, now, args.hourly))
     except redis.RedisError as exc:
         return _unreachable(config, exc)
     print(f"usage from {start:%Y-%m-%d %H:%M} to {now:%Y-%m-%d %H:%M} UTC (whole hours that overlap)")

@@ -65,7 +65,7 @@ def target_row(target: PoolTarget, infos: list[ServerInfo]) -> list[str]:
 
 
 async def _targets(config: SwitchyardConfig, pool_ids: list[str]) -> dict[str, PoolTarget]:
-    client = redis.asyncio.Redis.from_url(config.redis.url)
+    client = redis.asyncio.Redis.from_url(config.redis_url("admin"))
     try:
         return await PoolTargetStore(client).read(pool_ids)
     finally:
@@ -74,7 +74,7 @@ async def _targets(config: SwitchyardConfig, pool_ids: list[str]) -> dict[str, P
 
 def drain(config: SwitchyardConfig, args: argparse.Namespace) -> int:
     async def request() -> bool:
-        client = redis.asyncio.Redis.from_url(config.redis.url)
+        client = redis.asyncio.Redis.from_url(config.redis_url("admin"))
         try:
             return await ServerRegistry(client, config.fleet.dead_after_s).request_drain(args.server_id)
         finally:
@@ -115,7 +115,7 @@ def server_row(info: ServerInfo, health: EngineHealth | None, now: float) -> lis
 async def _servers_with_health(
     config: SwitchyardConfig, pool_id: str | None
 ) -> list[tuple[ServerInfo, EngineHealth | None]]:
-    client = redis.asyncio.Redis.from_url(config.redis.url)
+    client = redis.asyncio.Redis.from_url(config.redis_url("admin"))
     try:
         infos = await ServerRegistry(client, config.fleet.dead_after_s).servers(pool_id)
     finally:
@@ -135,5 +135,5 @@ async def _scrape(http: httpx.AsyncClient, url: str) -> EngineHealth | None:
 
 
 def _unreachable(config: SwitchyardConfig, exc: Exception) -> int:
-    print(f"cannot reach redis at {config.redis.url} ({exc}); is the platform up (`make up`)?", file=sys.stderr)
+    print(f"cannot reach redis at {config.redis.address} ({exc}); is the platform up (`make up`)?", file=sys.stderr)
     return 1

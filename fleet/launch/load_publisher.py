@@ -52,7 +52,9 @@ class LoadPublisher:
 
     async def _run(self) -> None:
         interval_s = self._config.fleet.load_publish_s
-        client = redis.asyncio.Redis.from_url(self._config.redis.url, socket_timeout=2.0, socket_connect_timeout=2.0)
+        client = redis.asyncio.Redis.from_url(
+            self._config.redis_url("fleet"), socket_timeout=2.0, socket_connect_timeout=2.0
+        )
         board = LoadBoard(client)
         seq, warned_at = 0, float("-inf")
         try:
@@ -67,7 +69,7 @@ class LoadPublisher:
                     except (OSError, redis.RedisError) as exc:
                         if began - warned_at >= _WARN_EVERY_S:
                             logger.warning(
-                                "cannot publish %s's load to %s: %s", self._server_id, self._config.redis.url, exc
+                                "cannot publish %s's load to %s: %s", self._server_id, self._config.redis.address, exc
                             )
                             warned_at = began
                     await asyncio.sleep(max(0.0, interval_s - (time.monotonic() - began)))

@@ -44,7 +44,7 @@ class SelfRegistration:
 
     async def _run(self) -> None:
         fleet = self._config.fleet
-        client = redis.asyncio.Redis.from_url(self._config.redis.url, socket_timeout=2.0)
+        client = redis.asyncio.Redis.from_url(self._config.redis_url("fleet"), socket_timeout=2.0)
         registry = ServerRegistry(client, fleet.dead_after_s)
         liveness = Liveness(fleet.dead_after_s)
         info = self._info
@@ -62,7 +62,7 @@ class SelfRegistration:
                         elif verdict is Verdict.ALIVE and not await registry.heartbeat(info.server_id, now):
                             registered = False  # Redis lost it (flushed, restarted): register again
                     except (OSError, redis.RedisError) as exc:
-                        logger.warning("cannot reach the registry at %s: %s", self._config.redis.url, exc)
+                        logger.warning("cannot reach the registry at %s: %s", self._config.redis.address, exc)
                     await asyncio.sleep(fleet.heartbeat_s)
                 if registered:
                     await registry.deregister(info.server_id)

@@ -70,7 +70,15 @@ def run_triton(
     # Started from this (main) thread, so the kernel's kill-with-parent applies for our lifetime.
     # Registered for gateways elsewhere (a pod): listen on every interface, not only loopback.
     host = "0.0.0.0" if register_host is not None else "127.0.0.1"
-    server = TritonServer(repository, ports, var_dir=config.var_path, name=name, host=host, die_with_parent=True)
+    server = TritonServer(
+        repository,
+        ports,
+        var_dir=config.var_path,
+        name=name,
+        inference_key=config.triton_inference_key(),  # only the gateway sends it
+        host=host,
+        die_with_parent=True,
+    )
     _report_leftovers(name, reap_leftovers(name))  # of an earlier life of this server, killed
     with drain_on_sigterm() as shutdown:
         try:
@@ -186,7 +194,7 @@ def _mark_draining(config: SwitchyardConfig, server_id: str) -> None:
     """DRAINING in the registry, so gateways stop routing here; a drain goes on without it."""
 
     async def mark() -> bool:
-        client = redis.asyncio.Redis.from_url(config.redis.url, socket_timeout=2.0)
+        client = redis.asyncio.Redis.from_url(config.redis_url("fleet"), socket_timeout=2.0)
         try:
             return await ServerRegistry(client, config.fleet.dead_after_s).request_drain(server_id)
         finally:
@@ -194,6 +202,6 @@ def _mark_draining(config: SwitchyardConfig, server_id: str) -> None:
 
     try:
         if not asyncio.run(mark()):
-            print(f"server {server_id!r} is not registered in {config.redis.url}", file=sys.stderr, flush=True)
+            print(f"server {server_id!r} is not registered in {config.redis.address}", file=sys.stderr, flush=True)
     except (OSError, redis.RedisError) as exc:
-        print(f"could not mark {server_id!r} draining in {config.redis.url}: {exc}", file=sys.stderr, flush=True)
+        print(f"could not mark {server_id!r} draining in {config.redis.address}: {exc}", file=sys.stderr, flush=True)

@@ -13,6 +13,13 @@ The stub runs the `python3` first on PATH, so the venv's `bin/` goes first: the 
 sees the venv's packages (the project is installed there, so `model.py` imports `bls` and
 `engine`). The server runs in its own process group, so stopping it also stops its stub
 processes; nothing is left orphaned. Its output goes to `var/logs/triton-<name>.log`.
+
+With an `inference_key`, Triton itself refuses every inference call (gRPC and HTTP, every
+model: `llm` and the models behind it) that lacks the header `switchyard-inference-key`
+(over gRPC: `triton-grpc-protocol-switchyard-inference-key`) with that value; health,
+metadata and metrics stay open for probes. Only the gateway holds the key,
+so only the gateway reaches the models, and the fields only it may set (cache namespace,
+cancel id) come from it alone (docs/security.md).
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ import uuid
 from pathlib import Path
 from types import TracebackType
 
+from config.internal_secrets import TRITON_KEY_HEADER
 from config.settings import Ports
 from fleet.launch.ports import port_free
 from fleet.launch.process import ManagedProcess, http_ok
@@ -33,6 +41,9 @@ _GLOG_ERROR = re.compile(r"^E\d{4} ")
 _MAX_ERROR_LINES = 12
 # Error lines every CPU-only start prints; they say nothing about why a start failed.
 _CPU_ONLY_NOISE = ("CudaDriverHelper has not been initialized",)
+# What the inference key guards, besides inference itself: loading and unloading models,
+# shared-memory regions, statistics, tracing and logging settings. Health and metadata stay open.
+RESTRICTED_APIS = "inference,model-repository,shared-memory,statistics,trace,logging"
 
 
 class TritonStartError(RuntimeError):
@@ -43,6 +54,8 @@ class TritonServer:
     """One `tritonserver` process serving one pool's model repository.
 
     Use as a context manager, or `start()` (which waits for readiness) and `stop()`.
+    `inference_key`: the value callers must send in the inference header (None: an open
+    server, for tests of the models themselves only).
     """
 
     def __init__(
@@ -52,6 +65,7 @@ class TritonServer:
         *,
         var_dir: Path,
         name: str,
+        inference_key: str | None,
         host: str = "127.0.0.1",
         startup_timeout_s: float = 180.0,
         exit_timeout_s: int = 3,
@@ -67,6 +81,7 @@ class TritonServer:
         self._startup_timeout_s = startup_timeout_s
         self._exit_timeout_s = exit_timeout_s
         self._extra_args = extra_args
+        self._inference_key = inference_key
         self._die_with_parent = die_with_parent  # see ManagedProcess: start it from the main thread
         self._process: ManagedProcess | None = None
 
@@ -108,8 +123,15 @@ class TritonServer:
             f"--exit-timeout-secs={self._exit_timeout_s}",
             "--disable-auto-complete-config",
             "--log-verbose=0",
+            *self._restriction_args(),
             *self._extra_args,
         ]
+
+    def _restriction_args(self) -> list[str]:
+        if self._inference_key is None:
+            return []
+        guard = f"{RESTRICTED_APIS}:{TRITON_KEY_HEADER}={self._inference_key}"
+        return [f"--grpc-restricted-protocol={guard}", f"--http-restricted-api={guard}"]
 
     def start(self, cancel: threading.Event | None = None) -> None:
         """Launch the server and wait until it is ready; TritonStartError otherwise (also when

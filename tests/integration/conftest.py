@@ -27,6 +27,7 @@ from config.settings import Ports, SwitchyardConfig, TeamSpec, dump_config
 from fleet.launch.ports import free_ports
 from fleet.launch.process import ManagedProcess, wait_until
 from fleet.launch.redis_server import RedisServer
+from fleet.launch.secret_files import ensure_secret_files
 from fleet.launch.triton_server import TritonServer
 from quota.key_files import ADMIN_KEY_ENV
 from quota.keys import SyncKeyStore
@@ -76,6 +77,11 @@ class TritonPool:
         """The full Prometheus URL (ends in /metrics)."""
         return self.server.metrics_url
 
+    @property
+    def headers(self) -> dict[str, str]:
+        """What a gRPC inference call must carry (the gateway's key): `stream_infer(..., headers=)`."""
+        return self.config.triton_grpc_headers()
+
 
 def tiny_pool_config(root: Path) -> SwitchyardConfig:
     http, grpc, metrics = free_ports(3)
@@ -122,7 +128,15 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> TinyModel:
 def triton_pool(tiny_model: TinyModel) -> Iterator[TritonPool]:
     config = tiny_model.config
     repository = fill_repository(config, POOL_ID)
-    server = TritonServer(repository, config.pools[POOL_ID].ports, var_dir=config.var_path, name=POOL_ID)
+    # As `make up` runs it: inference only with the key the gateway sends (TritonPool.headers).
+    secrets = ensure_secret_files(config.secrets_path)
+    server = TritonServer(
+        repository,
+        config.pools[POOL_ID].ports,
+        var_dir=config.var_path,
+        name=POOL_ID,
+        inference_key=secrets.triton_inference_key,
+    )
     with server:
         yield TritonPool(POOL_ID, MODEL_ID, tiny_model.model_dir, config, server)
 
@@ -150,7 +164,8 @@ def live_gateway(triton_pool: TritonPool, tmp_path_factory: pytest.TempPathFacto
     It has a Redis of its own: other suites empty the shared one before each test."""
     port, redis_port = free_ports(2)
     root = tmp_path_factory.mktemp("live_gateway")
-    redis_server = RedisServer(redis_port, root / "redis", root / "redis.log")
+    secrets_dir = triton_pool.config.secrets_path  # the same users the gateway's config names
+    redis_server = RedisServer(redis_port, root / "redis", root / "redis.log", secrets_dir=secrets_dir)
     redis_server.start()
     config = triton_pool.config.model_copy(
         update={

@@ -127,7 +127,7 @@ def test_a_ramp_scales_the_pool_from_1_to_3_ahead_of_its_peak_and_back_by_draini
     config = autoscaled_config(tiny_model.config, tmp_path / "var")
     options = LiveOptions(profile_bin_s=1.0, profile_level_tau_s=2.0)
     stack = Stack(config, autoscaler_options=options, autoscaler_capacities={POOL: CAPACITY})
-    with stack, PoolWatch(config.redis.url) as watch:
+    with stack, PoolWatch(config.redis_url("admin")) as watch:
         assert stack.dev_key_path is not None
         key = stack.dev_key_path.read_text().strip()
         start_at = time.time() + 3 * config.autoscaler.interval_s

@@ -48,14 +48,14 @@ class Fleet:
         self.gateway = gateway
         self.servers = servers
         self.alive = set(servers)
-        self._redis = redis.Redis.from_url(gateway.config.redis.url)
+        self._redis = redis.Redis.from_url(gateway.config.redis_url("admin"))
         self._stop = threading.Event()
         self._beat = threading.Thread(target=self._heartbeat, daemon=True)
         self._publishers: list[LoadPublisher] = []
 
     def register(self, pool_id: str) -> None:
         async def register_all() -> None:
-            client = aioredis.Redis.from_url(self.gateway.config.redis.url)
+            client = aioredis.Redis.from_url(self.gateway.config.redis_url("admin"))
             registry = ServerRegistry(client)
             now = time.time()
             for server_id, server in self.servers.items():
@@ -86,7 +86,7 @@ class Fleet:
         self._redis.close()
 
         async def deregister_all() -> None:  # as a supervisor does: gateways hear of it at once
-            client = aioredis.Redis.from_url(self.gateway.config.redis.url)
+            client = aioredis.Redis.from_url(self.gateway.config.redis_url("admin"))
             registry = ServerRegistry(client)
             for server_id in self.servers:
                 await registry.deregister(server_id)
@@ -107,7 +107,11 @@ def fleet(triton_pool: TritonPool, live_gateway: LiveGateway) -> Iterator[Fleet]
     for name in ("fo-a", "fo-b"):
         http, grpc, metrics = free_ports(3)
         servers[name] = TritonServer(
-            repository, Ports(http=http, grpc=grpc, metrics=metrics), var_dir=triton_pool.config.var_path, name=name
+            repository,
+            Ports(http=http, grpc=grpc, metrics=metrics),
+            var_dir=triton_pool.config.var_path,
+            name=name,
+            inference_key=triton_pool.config.triton_inference_key(),
         )
     with ThreadPoolExecutor(2) as pool:
         for future in [pool.submit(server.start) for server in servers.values()]:

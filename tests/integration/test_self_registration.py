@@ -22,10 +22,11 @@ pytestmark = pytest.mark.integration
 
 
 def test_a_pod_registers_itself_beats_drains_and_leaves(
-    triton_pool: TritonPool, redis_url: str, tmp_path: Path
+    triton_pool: TritonPool, redis_url: str, redis_secrets: Path, tmp_path: Path
 ) -> None:
     port = int(redis_url.rsplit(":", 1)[1].split("/")[0])
-    config = triton_pool.config.model_copy(update={"redis": triton_pool.config.redis.model_copy(update={"port": port})})
+    redis_spec = triton_pool.config.redis.model_copy(update={"port": port})
+    config = triton_pool.config.model_copy(update={"redis": redis_spec, "secrets_dir": str(redis_secrets)})
     path = dump_config(config, tmp_path / "switchyard.yaml")
     http, grpc, metrics = free_ports(3)
     argv = [sys.executable, "-m", "switchyard.cli", "--config", str(path), "triton", "--pool", triton_pool.pool_id,

@@ -33,7 +33,7 @@ pytestmark = pytest.mark.integration
 POOL = "fleet-tiny"
 
 
-def fleet_config(base: SwitchyardConfig, redis_url: str, var_dir: Path) -> SwitchyardConfig:
+def fleet_config(base: SwitchyardConfig, redis_url: str, var_dir: Path, secrets_dir: Path) -> SwitchyardConfig:
     """The session's tiny model in a pool of two copies, with this test's Redis and var folder."""
     pool = next(iter(base.pools.values())).model_copy(update={"target_copies": 2})
     port = int(redis_url.rsplit(":", 1)[1].split("/")[0])
@@ -42,6 +42,7 @@ def fleet_config(base: SwitchyardConfig, redis_url: str, var_dir: Path) -> Switc
             "pools": {POOL: pool},
             "redis": RedisSpec(port=port),
             "var_dir": str(var_dir),
+            "secrets_dir": str(secrets_dir),
             "fleet": FleetSpec(drain_settle_s=0.5),
         }
     )
@@ -73,7 +74,7 @@ class Stream:
     first_token: asyncio.Event = field(default_factory=asyncio.Event)
 
 
-async def stream_llm(grpc_url: str, max_tokens: int, reply: Stream) -> None:
+async def stream_llm(grpc_url: str, max_tokens: int, reply: Stream, headers: dict[str, str]) -> None:
     def tensor(name: str, array: np.ndarray) -> grpcclient.InferInput:
         value = grpcclient.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
         value.set_data_from_numpy(array)
@@ -90,7 +91,7 @@ async def stream_llm(grpc_url: str, max_tokens: int, reply: Stream) -> None:
 
     client = grpcclient.InferenceServerClient(grpc_url)
     try:
-        async for result, error in client.stream_infer(requests()):
+        async for result, error in client.stream_infer(requests(), headers=headers):
             if error is not None:
                 reply.error = str(error)
                 return
@@ -129,9 +130,10 @@ def gone(pid: int) -> bool:
 async def test_a_fleet_restarts_the_dead_and_drains_on_request_or_sigterm(
     tiny_model,  # type: ignore[no-untyped-def]
     redis_url: str,
+    redis_secrets: Path,
     tmp_path: Path,
 ) -> None:
-    config = fleet_config(tiny_model.config, redis_url, tmp_path / "var")
+    config = fleet_config(tiny_model.config, redis_url, tmp_path / "var", redis_secrets)
     client = aioredis.Redis.from_url(redis_url)
     registry = ServerRegistry(client, config.fleet.dead_after_s)
     supervisor = Supervisor(config, registry, FreePorts(), LoadBoard(client))
@@ -190,7 +192,8 @@ async def test_a_fleet_restarts_the_dead_and_drains_on_request_or_sigterm(
 
         # Drain the second one while a reply streams from it: the reply completes, then it goes.
         reply = Stream()
-        streaming = asyncio.create_task(stream_llm(infos[1].grpc_url, DRAIN_REPLY_TOKENS, reply))
+        headers = config.triton_grpc_headers()
+        streaming = asyncio.create_task(stream_llm(infos[1].grpc_url, DRAIN_REPLY_TOKENS, reply, headers))
         await asyncio.wait_for(reply.first_token.wait(), 30)
         second_pid = second.pid
         assert second_pid is not None

@@ -49,7 +49,8 @@ def _group_alive(pgid: int) -> bool:
 def test_a_model_that_fails_to_load_fails_start_with_the_log(tmp_path: Path) -> None:
     config = _config(tmp_path)  # the model was never built: cpu_engine cannot load
     repository = fill_repository(config, "tiny")
-    server = TritonServer(repository, config.pools["tiny"].ports, var_dir=config.var_path, name="broken")
+    ports = config.pools["tiny"].ports
+    server = TritonServer(repository, ports, var_dir=config.var_path, name="broken", inference_key=None)
     with pytest.raises(TritonStartError) as failure:
         server.start()
     assert "exited with code" in str(failure.value)

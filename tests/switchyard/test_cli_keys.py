@@ -31,6 +31,7 @@ models:
 pools:
   small: {{model_id: small, ports: {{http: 9101, grpc: 9102, metrics: 9103}}}}
 redis: {{host: {redis_server.host}, port: {redis_server.port}}}
+secrets_dir: {redis_server.secrets_dir}
 teams:
   dev: {{}}
   alpha: {{weight: 2, models: [small]}}
@@ -41,7 +42,7 @@ teams:
 
 def store(path: Path) -> SyncKeyStore:
     config = load_config(path)
-    return SyncKeyStore(redis.Redis.from_url(config.redis.url), config.teams)
+    return SyncKeyStore(redis.Redis.from_url(config.redis_url("admin")), config.teams)
 
 
 def test_keys_create_prints_the_key_once_and_it_resolves(config_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -105,13 +106,15 @@ def test_usage_prints_a_table(config_path: Path, redis_url: str, capsys: pytest.
     assert main(["--config", str(config_path), "usage", "--since", "soon"]) == 2
 
 
-def test_commands_say_when_redis_is_not_running(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_commands_say_when_redis_is_not_running(
+    tmp_path: Path, redis_secrets: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     (port,) = free_ports(1)
     path = tmp_path / "switchyard.yaml"
     path.write_text(
         "models: {small: {weights_uri: m, max_context_tokens: 64}}\n"
         "pools: {small: {model_id: small, ports: {http: 9101, grpc: 9102, metrics: 9103}}}\n"
-        f"redis: {{port: {port}}}\nteams: {{dev: {{}}}}\n"
+        f"redis: {{port: {port}}}\nsecrets_dir: {redis_secrets}\nteams: {{dev: {{}}}}\n"
     )
     assert main(["--config", str(path), "keys", "create", "dev"]) == 1
     assert "cannot reach redis" in capsys.readouterr().err

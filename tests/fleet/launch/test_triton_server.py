@@ -41,7 +41,9 @@ def test_env_puts_this_venv_first(tmp_path: Path) -> None:
 
 
 def test_command_names_ports_and_a_unique_shm_prefix(tmp_path: Path) -> None:
-    server = TritonServer(tmp_path / "repo", Ports(http=1, grpc=2, metrics=3), var_dir=tmp_path, name="p")
+    server = TritonServer(
+        tmp_path / "repo", Ports(http=1, grpc=2, metrics=3), var_dir=tmp_path, name="p", inference_key="k"
+    )
     install = TritonInstall.find()
     first, second = server.command(tmp_path, install), server.command(tmp_path, install)
     assert "--http-port=1" in first and "--grpc-port=2" in first and "--metrics-port=3" in first
@@ -51,8 +53,25 @@ def test_command_names_ports_and_a_unique_shm_prefix(tmp_path: Path) -> None:
     assert server.metrics_url == "http://127.0.0.1:3/metrics"
 
 
+def test_inference_and_control_need_the_key_health_and_metadata_do_not(tmp_path: Path) -> None:
+    install = TritonInstall.find()
+    server = TritonServer(
+        tmp_path / "repo", Ports(http=1, grpc=2, metrics=3), var_dir=tmp_path, name="p", inference_key="s3cret"
+    )
+    command = server.command(tmp_path, install)
+    guard = "inference,model-repository,shared-memory,statistics,trace,logging:switchyard-inference-key=s3cret"
+    assert f"--grpc-restricted-protocol={guard}" in command
+    assert f"--http-restricted-api={guard}" in command
+    open_server = TritonServer(
+        tmp_path / "repo", Ports(http=1, grpc=2, metrics=3), var_dir=tmp_path, name="p", inference_key=None
+    )
+    assert not [a for a in open_server.command(tmp_path, install) if "restricted" in a]
+
+
 def test_unfilled_repository_is_refused(tmp_path: Path) -> None:
-    server = TritonServer(tmp_path / "repo", Ports(http=1, grpc=2, metrics=3), var_dir=tmp_path, name="p")
+    server = TritonServer(
+        tmp_path / "repo", Ports(http=1, grpc=2, metrics=3), var_dir=tmp_path, name="p", inference_key="k"
+    )
     with pytest.raises(TritonStartError, match="switchyard build"):
         server.start()
 
@@ -65,7 +84,11 @@ def test_taken_port_is_refused(tmp_path: Path) -> None:
         taken.listen()
         port = taken.getsockname()[1]
         server = TritonServer(
-            tmp_path / "repo", Ports(http=port, grpc=port + 1, metrics=port + 2), var_dir=tmp_path, name="p"
+            tmp_path / "repo",
+            Ports(http=port, grpc=port + 1, metrics=port + 2),
+            var_dir=tmp_path,
+            name="p",
+            inference_key="k",
         )
         with pytest.raises(TritonStartError, match=f"http port {port}"):
             server.start()

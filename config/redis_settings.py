@@ -1,0 +1,102 @@
+"""`redis:` in switchyard.yaml: where shared state lives and how each component logs in.
+
+Every Redis client of ours is made from `SwitchyardConfig.redis_url(component)`, never from a
+URL built by hand: the URL carries the component's ACL user and password, and `rediss://`
+with the CA and client certificate when `tls` is on.
+
+    redis:
+      host: redis.example.internal
+      port: 6380
+      tls: true                       # rediss://
+      ca_file: /etc/ssl/redis-ca.pem  # verify the server against this CA
+      cert_file: /etc/ssl/client.pem  # a client certificate, when the server asks for one
+      key_file: /etc/ssl/client.key
+      users:                          # a managed Redis's own users, instead of ours
+        gateway: {username: sy-gw, password_file: /run/secrets/redis-gw}
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+from urllib.parse import quote, urlencode
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from config.internal_secrets import RedisComponent, read_secret, redis_password_file
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class RedisUser(_Strict):
+    """One component's login when it is not ours (`<component>`, password in secrets_dir)."""
+
+    username: str
+    password_file: str  # relative to the config's folder, or absolute
+
+
+class RedisSpec(_Strict):
+    """Where shared state lives. `make up` starts a local redis-server on this port, on
+    127.0.0.1 only, with one ACL user per component and the `default` user off."""
+
+    host: str = "127.0.0.1"
+    port: Annotated[int, Field(ge=1, le=65535)] = 6390
+    db: Annotated[int, Field(ge=0)] = 0
+    # False: connect without credentials (a Redis that is protected some other way).
+    auth: bool = True
+    users: dict[RedisComponent, RedisUser] = {}
+    tls: bool = False
+    ca_file: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+
+    @property
+    def address(self) -> str:
+        """Where Redis is, for messages: never a credential."""
+        return f"{'rediss' if self.tls else 'redis'}://{self.host}:{self.port}/{self.db}"
+
+    def url_for(self, component: RedisComponent, *, root: Path, secrets_path: Path) -> str:
+        """The URL `component` connects with: its user and password, TLS files as query
+        parameters (redis-py's `from_url` passes them to the SSL connection)."""
+        scheme = "rediss" if self.tls else "redis"
+        login = ""
+        if self.auth:
+            user = self.users.get(component)
+            username: str
+            if user is None:
+                username, password_path = component, secrets_path / redis_password_file(component)
+            else:
+                username, password_path = user.username, root / user.password_file
+            login = f"{quote(username, safe='')}:{quote(read_secret(password_path), safe='')}@"
+        query = {
+            name: str(root / value)
+            for name, value in (
+                ("ssl_ca_certs", self.ca_file),
+                ("ssl_certfile", self.cert_file),
+                ("ssl_keyfile", self.key_file),
+            )
+            if self.tls and value is not None
+        }
+        suffix = f"?{urlencode(query)}" if query else ""
+        return f"{scheme}://{login}{self.host}:{self.port}/{self.db}{suffix}"
+
+    def with_absolute_paths(self, root: Path) -> RedisSpec:
+        """The same settings with every file path absolute (for a config written elsewhere)."""
+
+        def absolute(value: str | None) -> str | None:
+            return None if value is None else str((root / value).resolve())
+
+        users = {
+            component: user.model_copy(update={"password_file": absolute(user.password_file)})
+            for component, user in self.users.items()
+        }
+        return self.model_copy(
+            update={
+                "users": users,
+                "ca_file": absolute(self.ca_file),
+                "cert_file": absolute(self.cert_file),
+                "key_file": absolute(self.key_file),
+            }
+        )
