@@ -36,6 +36,7 @@ from typing import Protocol, TypeVar
 from bls.engine_tensors import engine_output_tensors, parse_engine_request, read_cancel_target
 from bls.metrics import MetricsPublisher
 from bls.tensors import InputError, ResponseSink, TensorSource
+from contracts.llm_tensors import invalid_input_message
 from engine.request import EngineRequest, FinishReason, RequestOutput
 from engine.stats import EngineStats
 
@@ -156,7 +157,7 @@ class EngineHost:
             request = parse_engine_request(request_id or self._anonymous_id(), src)
             self._submit(request, sink)
         except (InputError, ValueError) as exc:  # ValueError: the engine cannot serve it
-            sink.send(None, final=True, error=str(exc))
+            sink.send(None, final=True, error=invalid_input_message(str(exc)))
         except Exception as exc:  # the request must never hang: answer with the error
             logger.exception("cpu_engine failed to take request %r", request_id)
             sink.send(None, final=True, error=f"engine error: {exc}")

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from bls.tensors import Array, InputError, Outputs, TensorSource
+from contracts.llm_tensors import invalid_input_message, refused_input
 
 logger = logging.getLogger(__name__)
 
@@ -48,7 +49,8 @@ def pb_tensors(pb_utils: Any, outputs: Mapping[str, Array]) -> list[Any]:
 def pb_response(pb_utils: Any, outputs: Outputs | None, error: str | None = None) -> Any:
     """An InferenceResponse with `outputs`, or a Triton error response."""
     if error is not None:
-        return pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(error))
+        code = pb_utils.TritonError.INVALID_ARG if refused_input(error) is not None else pb_utils.TritonError.INTERNAL
+        return pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(error, code))
     return pb_utils.InferenceResponse(output_tensors=pb_tensors(pb_utils, outputs or {}))
 
 
@@ -100,7 +102,7 @@ def execute_stateless(
         try:
             responses.append(pb_response(pb_utils, run(PbTensorSource.of_request(pb_utils, request))))
         except InputError as exc:
-            responses.append(pb_response(pb_utils, None, str(exc)))
+            responses.append(pb_response(pb_utils, None, invalid_input_message(str(exc))))
         except Exception as exc:
             logger.exception("%s failed", name)
             responses.append(pb_response(pb_utils, None, f"{name} failed: {type(exc).__name__}: {exc}"))

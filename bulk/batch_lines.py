@@ -41,8 +41,9 @@ from pydantic import BaseModel, ValidationError
 from contracts.catalog import ServedModel
 from contracts.chat_template import ChatMessage, TemplateRaised
 from contracts.errors import ApiError, describe_validation_errors
+from contracts.field_checks import unicode_problem
 from contracts.openai_schemas import ChatCompletionRequest, CompletionRequest
-from contracts.prompt_context import check_context
+from contracts.prompt_context import check_context, check_prompt_bytes
 from contracts.schemas import FIELD_HINTS, GenerateBody
 
 GENERATE_ENDPOINT = "/v1/generate"
@@ -199,11 +200,14 @@ class LineValidator:
         return prompt
 
     def _cost(self, bound: int, max_tokens: int, prompt: Callable[[], str]) -> int:
-        """`bound + max_tokens` when that fits the context; else the real count, if it fits."""
+        """`bound + max_tokens` when that fits the context; else the real count, if it fits
+        (a prompt too long in bytes to fit is refused untokenized)."""
         if bound + max_tokens <= self.model.max_context_tokens:
             return bound + max_tokens
-        prompt_tokens = self.model.count_tokens(prompt())
+        text = prompt()
         try:
+            check_prompt_bytes(self.model, text)
+            prompt_tokens = self.model.count_tokens(text)
             check_context(self.model, prompt_tokens, max_tokens)
         except ApiError as exc:
             raise _Rejected("context_length_exceeded", exc.message) from None
@@ -243,7 +247,11 @@ def _custom_id(value: object, *, required: bool) -> str | None:
     if value is None and not required:
         return None
     if isinstance(value, str) and 1 <= len(value) <= MAX_CUSTOM_ID_CHARS:
-        return value
+        problem = unicode_problem(value)
+        if problem is None:
+            return value
+        # Not kept as the line's custom_id: its error record must itself be writable UTF-8.
+        raise _Rejected("invalid_request", f"custom_id must be valid Unicode text; it holds {problem}")
     rule = f"a string of 1-{MAX_CUSTOM_ID_CHARS} characters"
     if value is None:
         raise _Rejected("invalid_request", f"custom_id is required: {rule}")

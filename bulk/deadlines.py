@@ -15,7 +15,10 @@ from datetime import datetime
 
 _UNIT_S = {"d": 86400, "h": 3600, "m": 60, "s": 1}
 # Units in falling order, each at most once, spaces allowed between them: "1h30m", "1h 30m".
-_DURATION = re.compile(r"(?:(\d+)\s*d)?\s*(?:(\d+)\s*h)?\s*(?:(\d+)\s*m)?\s*(?:(\d+)\s*s)?", re.IGNORECASE)
+# At most 12 digits each (more is no deadline anyone keeps), so the sum stays a plain number.
+_DURATION = re.compile(
+    r"(?:(\d{1,12})\s*d)?\s*(?:(\d{1,12})\s*h)?\s*(?:(\d{1,12})\s*m)?\s*(?:(\d{1,12})\s*s)?", re.IGNORECASE
+)
 
 
 def parse_deadline(value: str | None, now: float, max_s: float) -> float:
@@ -31,6 +34,8 @@ def parse_deadline(value: str | None, now: float, max_s: float) -> float:
     if seconds is not None:
         if seconds == 0:
             raise ValueError(f"deadline {text!r} is no time at all: give a duration such as '24h'")
+        if seconds > max_s:  # compared as integers: never overflows a float
+            raise ValueError(f"deadline must be within {_duration_text(max_s)} (got {text!r})")
         deadline = now + seconds
     else:
         deadline = _rfc3339(text)

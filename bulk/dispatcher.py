@@ -44,6 +44,7 @@ from bulk.metrics import DispatcherMetrics
 from bulk.pool_loads import PoolLoadSource
 from bulk.release_policy import Candidate, DeadlineRisk, ReleaseOrder, RoomPolicy
 from bulk.results import EntryResult, Outcome, ResultStore, output_record
+from bulk.retention import Retention, RetentionPolicy
 from config.settings import SwitchyardConfig
 from contracts.catalog import ModelCatalog
 from contracts.chat_template import ChatTemplates
@@ -94,7 +95,10 @@ class Dispatcher:
         self.batches = BatchStore(client)
         self.queue = ChunkQueue(client, consumer)
         self.results = ResultStore(client, blobs)
-        self._finalizer = Finalizer(client, blobs, self.batches, self.results, FileStore(client), self.queue)
+        files = FileStore(client)
+        policy = RetentionPolicy.from_spec(self._bulk)
+        self.retention = Retention(client, blobs, files, self.batches, policy, clock=clock)
+        self._finalizer = Finalizer(client, blobs, self.batches, self.results, files, self.queue, self.retention)
         self._room = RoomPolicy(
             self._bulk.interactive_reserve_fraction,
             self._bulk.max_inflight_per_pool,
@@ -332,7 +336,13 @@ class Dispatcher:
     async def _run_entry(self, work: BatchWork, ready: ReadyEntry) -> None:
         entry = ready.entry
         try:
-            submission = await self._submitter.submit(work.record.team_id, work.batch_id, entry, ready.attempt)
+            try:
+                submission = await self._submitter.submit(work.record.team_id, work.batch_id, entry, ready.attempt)
+            except Exception as exc:  # the entry cannot even be sent: it fails, it never vanishes
+                logger.exception("bulk entry could not be sent", extra={"batch_id": work.batch_id, "line": entry.line})
+                reason = f"the entry could not be sent: {type(exc).__name__}: {exc}"
+                error = {"code": "invalid_request", "message": reason}
+                submission = Submission(Verdict.FAILED, "", error=error)
             self._settle_entry(work, ready, submission)
         finally:
             work.inflight.pop(entry.line, None)

@@ -28,13 +28,17 @@ FINISH_REASONS = frozenset({"stop", "length", "cancelled", "aborted"})
 @dataclass(frozen=True, slots=True)
 class Usage:
     """Token counts of one request. `cached_tokens` is the part of the prompt served from the
-    prefix cache; `completion_tokens` counts tokens generated so far."""
+    prefix cache; `completion_tokens` counts the reply's tokens the client got so far (what is
+    billed); `discarded_tokens` what the engine wrote past the reply's end (a stop string,
+    before its cancel landed): metered, never billed as completion."""
 
     prompt_tokens: int = 0
     cached_tokens: int = 0
     completion_tokens: int = 0
+    discarded_tokens: int = 0
 
     def as_dict(self) -> dict[str, int]:
+        """The counts a client is shown (`discarded_tokens` goes to the usage records only)."""
         return {
             "prompt_tokens": self.prompt_tokens,
             "cached_tokens": self.cached_tokens,
@@ -101,13 +105,24 @@ class BackendUnavailable(BackendError):
         self.retry_after_s = retry_after_s
 
 
+class RequestRejected(BackendError):
+    """A model server refused the request's input (a value out of the engine's range, a prompt
+    it cannot fit): the caller's to fix, and every server would refuse it too. Never a reason
+    to try another server, to mark this one bad, or to retry a batch entry."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
+
+
 class GenerationBackend(Protocol):
     """What the gateway needs from the layer that runs models."""
 
     def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationDelta]:
         """Stream the deltas of one request; the last one carries `finish_reason`.
 
-        Raises `BackendUnavailable` when no server can take it, `BackendError` on failure.
+        Raises `BackendUnavailable` when no server can take it, `RequestRejected` when a server
+        refused its input, `BackendError` on failure.
         """
         ...
 

@@ -9,6 +9,12 @@ Triton; tests/contracts/test_llm_tensors.py holds the three together.
 
 Every request is its own batch (`max_batch_size: 0`), so a scalar is shape [1] and a list is
 shape [-1]. BYTES travel as numpy object arrays of UTF-8 `bytes`.
+
+Errors: `llm` answers a request whose input it refuses (a value out of the engine's range, a
+prompt that does not fit) with an error whose message starts with `INVALID_INPUT_PREFIX`, and
+Triton's INVALID_ARG code; any other error is a server failure. The gateway tells them apart by
+that prefix (`refused_input`): a refusal is the caller's 400 and is never retried elsewhere,
+since every server would refuse it too.
 """
 
 from __future__ import annotations
@@ -32,16 +38,32 @@ class LlmInput:
     required: bool = False  # Triton refuses a request without it, before `llm` runs
 
     def array(self, values: Sequence[str | bytes | int | float | bool]) -> npt.NDArray[Any]:
-        """`values` as this input's array; texts of a BYTES input are encoded as UTF-8."""
+        """`values` as this input's array; texts of a BYTES input are encoded as UTF-8.
+
+        ValueError (naming the input) for a value the dtype cannot hold as it is: a text that is
+        not valid Unicode, an integer out of range, a finite number that overflows FP32. numpy
+        would otherwise wrap or overflow it silently, and the server would get another value."""
         if not self.is_list and len(values) != 1:
             raise ValueError(f"llm input {self.name!r} is a scalar: give one value, got {len(values)}")
         if self.datatype == "BYTES":
-            encoded = [v.encode("utf-8") if isinstance(v, str) else v for v in values]
+            try:
+                encoded = [v.encode("utf-8") if isinstance(v, str) else v for v in values]
+            except UnicodeEncodeError as exc:
+                raise ValueError(f"llm input {self.name!r} is not valid Unicode text: {exc.reason}") from None
             # Filled element by element so that numpy never splits a `bytes` into characters.
             array = np.empty(len(encoded), dtype=np.object_)
             array[:] = encoded
             return array
-        return np.asarray(values, dtype=self.dtype).reshape(-1)
+        if np.issubdtype(self.dtype, np.integer):
+            limits = np.iinfo(self.dtype)  # type: ignore[type-var]  # an integer dtype, checked above
+            for value in values:
+                if not limits.min <= int(value) <= limits.max:
+                    raise ValueError(f"llm input {self.name!r} ({self.datatype}) cannot hold {value!r}")
+        with np.errstate(over="raise"):
+            try:
+                return np.asarray(values, dtype=self.dtype).reshape(-1)
+            except FloatingPointError:
+                raise ValueError(f"llm input {self.name!r} ({self.datatype}) cannot hold {list(values)}") from None
 
 
 TEXT_INPUT = LlmInput("text_input", "BYTES", np.object_, required=True)
@@ -73,12 +95,29 @@ LLM_INPUTS: tuple[LlmInput, ...] = (
     CACHE_NAMESPACE,
 )
 
+INVALID_INPUT_PREFIX = "invalid input: "
+
+
+def invalid_input_message(detail: str) -> str:
+    """The error message of a refused input (idempotent: a stage's refusal passed on stays one)."""
+    return detail if detail.startswith(INVALID_INPUT_PREFIX) else INVALID_INPUT_PREFIX + detail
+
+
+def refused_input(message: str) -> str | None:
+    """What was wrong with the input when `message` is a refusal of it; None for a failure."""
+    if message.startswith(INVALID_INPUT_PREFIX):
+        return message[len(INVALID_INPUT_PREFIX) :]
+    return None
+
+
 TEXT_OUTPUT = "text_output"  # BYTES [1]: text since the previous response
 OUTPUT_TOKEN_IDS = "output_token_ids"  # INT32 [-1]: token ids since the previous response
 FINISH_REASON = "finish_reason"  # BYTES [1]: empty until the end (contracts.generation.FINISH_REASONS)
 PROMPT_TOKENS = "prompt_tokens"  # INT32 [1]
 CACHED_TOKENS = "cached_tokens"  # INT32 [1]
-COMPLETION_TOKENS = "completion_tokens"  # INT32 [1]
+COMPLETION_TOKENS = "completion_tokens"  # INT32 [1]: token ids this server sent so far
+# INT32 [1]: tokens the engine wrote past the reply's end (a stop string), never sent or billed
+DISCARDED_TOKENS = "discarded_tokens"
 
 LLM_OUTPUT_NAMES: tuple[str, ...] = (
     TEXT_OUTPUT,
@@ -87,4 +126,5 @@ LLM_OUTPUT_NAMES: tuple[str, ...] = (
     PROMPT_TOKENS,
     CACHED_TOKENS,
     COMPLETION_TOKENS,
+    DISCARDED_TOKENS,
 )

@@ -21,8 +21,9 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
 
+from contracts.field_checks import MAX_STOP_STRINGS, UnicodeChecked, stop_lengths, top_p_as_fp32
 from contracts.generation import Usage
-from contracts.schemas import INT32_MAX, INT64_MAX, INT64_MIN, MAX_STOP_STRINGS
+from contracts.schemas import INT32_MAX, INT64_MAX, INT64_MIN
 
 FinishReason = Literal["stop", "length"]
 ChatRole = Literal["system", "developer", "user", "assistant"]
@@ -79,28 +80,31 @@ StopList = Annotated[
     list[NonEmptyStr],
     BeforeValidator(_stop_as_list, json_schema_input_type=str | list[str] | None),
     Field(max_length=MAX_STOP_STRINGS),
+    AfterValidator(stop_lengths),
 ]
 MaxTokens = Annotated[int, Field(ge=1, le=INT32_MAX)]
 
 
-class StreamOptions(BaseModel):
+class StreamOptions(UnicodeChecked):
     model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
 
     include_usage: bool | None = None
     include_obfuscation: bool | None = None  # ignored: nothing here needs padding against side channels
 
 
-class _OpenAIRequest(BaseModel):
-    """Fields both routes take (declaration order matters: validators read earlier fields)."""
+class _OpenAIRequest(UnicodeChecked):
+    """Fields both routes take (declaration order matters: validators read earlier fields).
+    Ranges are the engine's after conversion to each tensor's dtype (contracts/field_checks.py);
+    every text must be valid Unicode."""
 
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True, allow_inf_nan=False)
 
     model: NonEmptyStr
     stream: bool | None = None
     stream_options: StreamOptions | None = None
-    stop: StopList = []
+    stop: StopList = Field(default_factory=list)
     temperature: Annotated[float, Field(ge=0.0, le=2.0)] | None = None
-    top_p: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
+    top_p: Annotated[float, Field(gt=0.0, le=1.0), AfterValidator(top_p_as_fp32)] | None = None
     seed: Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX)] | None = None
     n: Annotated[Any, _neutral(1)] = None
     user: str | None = None
@@ -135,7 +139,7 @@ class CompletionRequest(_OpenAIRequest):
     suffix: Annotated[Any, _neutral("")] = None
 
 
-class ChatMessageIn(BaseModel):
+class ChatMessageIn(UnicodeChecked):
     """One message of a chat request: text content only, no tool calls."""
 
     model_config = ConfigDict(strict=True, extra="forbid", frozen=True)

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
+from contracts.field_checks import MAX_STOP_CHARS, MAX_STOP_STRINGS, UnicodeChecked, stop_lengths, top_p_as_fp32
 from contracts.generation import RequestClass
 
-MAX_STOP_STRINGS = 4
 INT32_MAX = 2**31 - 1
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
@@ -33,10 +33,11 @@ def _stop_as_list(value: object) -> object:
     raise ValueError(f"must be a string or a list of at most {MAX_STOP_STRINGS} strings")
 
 
-class GenerateBody(BaseModel):
-    """POST /v1/generate."""
+class GenerateBody(UnicodeChecked):
+    """POST /v1/generate. Ranges are the engine's after conversion to each tensor's dtype
+    (contracts/field_checks.py), so what passes here no model server refuses."""
 
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True, allow_inf_nan=False)
 
     model: Annotated[str, Field(min_length=1)]
     prompt: Annotated[str, Field(min_length=1)]
@@ -45,12 +46,13 @@ class GenerateBody(BaseModel):
         list[Annotated[str, Field(min_length=1)]],
         BeforeValidator(_stop_as_list, json_schema_input_type=str | list[str]),
         Field(max_length=MAX_STOP_STRINGS),
-    ] = []
+        AfterValidator(stop_lengths),
+    ] = Field(default_factory=list)
     request_class: RequestClass | None = Field(None, alias="class")  # None: the team's default_class
     stream: bool = False
     request_id: RequestId | None = None
     temperature: Annotated[float, Field(ge=0.0, le=2.0)] | None = None
-    top_p: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
+    top_p: Annotated[float, Field(gt=0.0, le=1.0), AfterValidator(top_p_as_fp32)] | None = None
     top_k: Annotated[int, Field(ge=0, le=INT32_MAX)] | None = None
     seed: Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX)] | None = None
     ignore_eos: bool = False
@@ -83,6 +85,7 @@ class CancelResponse(BaseModel):
 class ModelCard(BaseModel):
     id: str
     object: Literal["model"] = "model"
+    created: int  # unix time the model was built (contracts/catalog.py)
     owned_by: str = "switchyard"
     max_context_tokens: int
 
@@ -104,10 +107,24 @@ class ReadinessBody(BaseModel):
     pools: list[PoolStatus]
 
 
+# OpenAI's error types, by status in contracts/errors.py.
+ErrorType = Literal[
+    "invalid_request_error",
+    "authentication_error",
+    "permission_error",
+    "not_found_error",
+    "rate_limit_error",
+    "server_error",
+]
+
+
 class ErrorDetail(BaseModel):
-    type: str
+    """OpenAI's error object: `type` one of OpenAI's, `code` the particular failure."""
+
     message: str
-    param: str | None = None
+    type: ErrorType
+    param: str | None
+    code: str
 
 
 class ErrorBody(BaseModel):
@@ -127,13 +144,13 @@ FIELD_HINTS: dict[str, str] = {
     "model": "a model id (a string) from GET /v1/models",
     "prompt": "a non-empty string",
     "max_tokens": "an integer >= 1, the most completion tokens to generate",
-    "stop": f"a string or a list of at most {MAX_STOP_STRINGS} non-empty strings",
+    "stop": f"a string or a list of at most {MAX_STOP_STRINGS} strings of 1-{MAX_STOP_CHARS} characters",
     "class": "'interactive' or 'bulk'",
     "stream": "true or false",
     "request_id": "1-128 characters from A-Z, a-z, 0-9 and . _ : -",
     "temperature": "a number from 0 to 2",
-    "top_p": "a number greater than 0 and at most 1",
-    "top_k": "an integer >= 0 (0: off)",
+    "top_p": "a number greater than 0 (as a 32-bit float) and at most 1",
+    "top_k": f"an integer from 0 (off) to {INT32_MAX}",
     "seed": "a 64-bit integer",
     "ignore_eos": "true or false",
 }

@@ -5,7 +5,7 @@ Redis holds, per team and request id:
     sy:req:{team}:{id}          hash   fingerprint, state (running|done), result (JSON, with
                                        every delta of the reply), kept once done for the
                                        idempotency window (24 h by default; bulk's 10 min)
-    sy:req:{team}:{id}:deltas   stream only while another process follows the request: its
+    sy:req-deltas:{team}:{id}   stream only while another process follows the request: its
                                        deltas so far, then coalesced batches, then one `final`
                                        entry; gone a minute after the end
 
@@ -109,9 +109,16 @@ class IdempotencyStore:
         socket_timeout = client.connection_pool.connection_kwargs.get("socket_timeout")
         self._block_slice_s: float = min(1.0, socket_timeout / 2) if socket_timeout else 1.0
 
+    # Each kind of key has its own prefix, and the team (no ':' in a team's name, config/settings.py)
+    # comes before the caller's id: no request id, whatever it holds, names another key
+    # (as `r:deltas` would have named the deltas stream of `r` under `sy:req:{team}:{id}:deltas`).
     @staticmethod
     def _key(team_id: str, request_id: str) -> str:
         return f"sy:req:{team_id}:{request_id}"
+
+    @staticmethod
+    def _deltas_key(team_id: str, request_id: str) -> str:
+        return f"sy:req-deltas:{team_id}:{request_id}"
 
     async def claim(self, team_id: str, request_id: str, digest: str) -> Claim:
         state, result = await self._claim(keys=[self._key(team_id, request_id)], args=[digest, self._ttl_s])
@@ -128,7 +135,7 @@ class IdempotencyStore:
 
     async def mirror(self, team_id: str, request_id: str, deltas: Sequence[tuple[str, tuple[int, ...]]]) -> None:
         """Append deltas for the processes following this request (one entry, however many)."""
-        stream = self._key(team_id, request_id) + ":deltas"
+        stream = self._deltas_key(team_id, request_id)
         encoded = json.dumps([[text, list(token_ids)] for text, token_ids in deltas], separators=(",", ":"))
         async with self._redis.pipeline(transaction=False) as pipe:
             pipe.xadd(stream, {"deltas": encoded})
@@ -149,14 +156,14 @@ class IdempotencyStore:
             else:
                 pipe.delete(key)
             if followed:
-                pipe.xadd(key + ":deltas", {"final": encoded})
-                pipe.expire(key + ":deltas", self._follow_grace_s)
+                pipe.xadd(self._deltas_key(team_id, request_id), {"final": encoded})
+                pipe.expire(self._deltas_key(team_id, request_id), self._follow_grace_s)
             await pipe.execute()
 
     async def forget(self, team_id: str, request_id: str) -> None:
         """Drop a claim whose generation never started (it was refused), so a retry may run."""
         key = self._key(team_id, request_id)
-        await self._redis.delete(key, key + ":deltas")
+        await self._redis.delete(key, self._deltas_key(team_id, request_id))
 
     async def follow(
         self,
@@ -174,7 +181,7 @@ class IdempotencyStore:
         Raises TimeoutError when nothing new arrives for `idle_timeout_s` (the owner died) and
         RecordGone when the request ended and kept no record."""
         key = self._key(team_id, request_id)
-        stream = key + ":deltas"
+        stream = self._deltas_key(team_id, request_id)
         last_id = "0-0"
         loop = asyncio.get_running_loop()
         idle_until = loop.time() + idle_timeout_s

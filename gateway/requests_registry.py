@@ -18,7 +18,15 @@ from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import replace
 from typing import Protocol
 
-from contracts.generation import BackendError, GenerationBackend, GenerationDelta, GenerationRequest, Usage
+from contracts.errors import invalid_request
+from contracts.generation import (
+    BackendError,
+    GenerationBackend,
+    GenerationDelta,
+    GenerationRequest,
+    RequestRejected,
+    Usage,
+)
 from gateway.metrics import GatewayMetrics
 
 logger = logging.getLogger(__name__)
@@ -271,7 +279,7 @@ class RequestRegistry:
         elif (exc := task.exception()) is not None:
             if not isinstance(exc, BackendError):
                 logger.error("request %s failed", entry.request_id, exc_info=exc)
-            entry.finish(error=exc)
+            entry.finish(error=_as_api_error(exc))
         elif entry.stop_reason is None:
             entry.finish(error=BackendError("the backend ended the stream without a finish reason"))
         else:
@@ -296,3 +304,10 @@ class RequestRegistry:
         self._metrics.latency.labels(*labels).observe(self._clock() - entry.started_at)
         for kind, count in entry.usage.as_dict().items():
             self._metrics.tokens.labels(*labels, kind.removesuffix("_tokens")).inc(count)
+
+
+def _as_api_error(exc: BaseException) -> BaseException:
+    """A model server's refusal of the input is the caller's 400; other failures stay as they are."""
+    if isinstance(exc, RequestRejected):
+        return invalid_request(f"the model server refused this request: {exc.detail}")
+    return exc

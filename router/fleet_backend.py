@@ -3,6 +3,8 @@
     generate(request)
       ├─ picker.pick(request, exclude=tried) ─▶ server           (none ready: 503 + Retry-After)
       ├─ stream from it, counting the token ids the client has
+      ├─ it refuses the request's input ─▶ RequestRejected to the caller (a 400): no other
+      │     server is tried and this one stays routable, since every server would refuse it
       ├─ it fails before the first token ─▶ another server, invisibly
       ├─ it fails mid-reply ─▶ another server with resume_token_ids = what the client has:
       │     its `llm` replays them (text dropped), so the stream goes on with nothing repeated
@@ -28,6 +30,7 @@ from contracts.generation import (
     GenerationDelta,
     GenerationRequest,
     PoolReadiness,
+    RequestRejected,
     Usage,
 )
 from quota.capacity import CapacitySource
@@ -108,6 +111,8 @@ class FleetBackend(GenerationBackend):
                         if delta.finish_reason is not None:
                             return
                 raise BackendError(f"server {server!r}: the stream ended without a finish reason")
+            except RequestRejected:
+                raise  # the caller's input: every server would refuse it, and this one is fine
             except BackendError as exc:
                 failure, failed = exc, True
                 logger.warning(

@@ -26,12 +26,14 @@ from contracts.generation import (
     GenerationDelta,
     GenerationRequest,
     PoolReadiness,
+    RequestRejected,
     Usage,
 )
 from contracts.llm_tensors import (
     CACHE_NAMESPACE,
     CACHED_TOKENS,
     COMPLETION_TOKENS,
+    DISCARDED_TOKENS,
     FINISH_REASON,
     IGNORE_EOS,
     MAX_TOKENS,
@@ -48,6 +50,7 @@ from contracts.llm_tensors import (
     TOP_K,
     TOP_P,
     LlmInput,
+    refused_input,
 )
 
 LLM_MODEL = "llm"
@@ -74,7 +77,9 @@ class TritonBackend:
         pool_models: Mapping[str, str],
         retry_after_s: int = 5,
         ready_timeout_s: float = 2.0,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
+        self._headers = dict(headers or {})  # sent with every inference call (Triton's key)
         self._clients = dict(clients)  # target -> InferenceServerClient (or a test double)
         self._pool_models = dict(pool_models)  # target -> model_id
         self._retry_after_s = retry_after_s
@@ -97,19 +102,23 @@ class TritonBackend:
         return target in self._clients
 
     async def stream_on(self, pool_id: str, request: GenerationRequest) -> AsyncGenerator[GenerationDelta, None]:
-        """Stream `request` from one target; raises BackendUnavailable / BackendError when it fails."""
-        inputs = build_inputs(request)
+        """Stream `request` from one target; raises BackendUnavailable / BackendError when it
+        fails, RequestRejected when the request's input cannot be sent or the server refuses it."""
+        try:
+            inputs = build_inputs(request)
+        except ValueError as exc:  # a value its tensor cannot hold: no server could take it
+            raise RequestRejected(str(exc)) from None
 
         async def one_request() -> AsyncIterator[dict[str, Any]]:
             yield {"model_name": LLM_MODEL, "inputs": inputs, "request_id": request.request_id}
 
-        stream: ResponseStream = self._clients[pool_id].stream_infer(one_request())
+        stream: ResponseStream = self._clients[pool_id].stream_infer(one_request(), headers=self._headers)
         self._streams[request.request_id] = stream
         finished = False
         try:
             async for result, error in stream:
                 if error is not None:
-                    raise BackendError(f"pool {pool_id!r}: {error.message()}")
+                    raise _stream_error(pool_id, error.message())
                 if result is None:
                     continue
                 delta = parse_response(result)
@@ -124,6 +133,8 @@ class TritonBackend:
             finished = True  # cancel(): grpc surfaced the local cancellation as CancelledError
             yield GenerationDelta(finish_reason="cancelled")
         except grpc.aio.AioRpcError as exc:
+            if exc.code() == grpc.StatusCode.INVALID_ARGUMENT:  # a stream in triton_grpc_error mode
+                raise RequestRejected(refused_input(exc.details() or "") or exc.details() or "") from exc
             message = f"pool {pool_id!r}: {exc.code().name}: {exc.details()}"
             if exc.code() in _UNAVAILABLE_CODES:
                 raise BackendUnavailable(message, retry_after_s=self._retry_after_s) from exc
@@ -162,6 +173,14 @@ class TritonBackend:
     async def close(self) -> None:
         for client in self._clients.values():
             await client.close()
+
+
+def _stream_error(pool_id: str, message: str) -> BackendError:
+    """An error response of `llm`: the caller's when it refused the input, else the server's."""
+    detail = refused_input(message)
+    if detail is not None:
+        return RequestRejected(detail)
+    return BackendError(f"pool {pool_id!r}: {message}")
 
 
 def build_inputs(request: GenerationRequest) -> list[InferInput]:
@@ -205,6 +224,7 @@ def parse_response(result: InferResult) -> GenerationDelta:
             prompt_tokens=prompt,
             cached_tokens=_first_int(result.as_numpy(CACHED_TOKENS)) or 0,
             completion_tokens=_first_int(result.as_numpy(COMPLETION_TOKENS)) or 0,
+            discarded_tokens=_first_int(result.as_numpy(DISCARDED_TOKENS)) or 0,
         )
     return GenerationDelta(text=text, token_ids=token_ids, finish_reason=finish, usage=usage)
 

@@ -219,7 +219,8 @@ def test_bad_input_and_duplicate_id_are_errors_with_final() -> None:
         DictTensorSource({"input_ids": np.array([1], dtype=np.int32), "max_tokens": int32_scalar(0)}),
         bad,
     )
-    assert bad.sent == [(None, True, "max_tokens must be at least 1, got 0")]
+    # A refusal of the input, marked so that `llm` and the gateway tell it from a failure.
+    assert bad.sent == [(None, True, "invalid input: max_tokens must be at least 1, got 0")]
     host.handle("r2", request_inputs(), Sink())
     dup = Sink()
     host.handle("r2", request_inputs(), dup)

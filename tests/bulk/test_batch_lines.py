@@ -277,3 +277,35 @@ def test_validator_configuration_is_checked(model: CountingModel, renderer: Reco
     with pytest.raises(ValueError, match="need a chat_renderer"):
         LineValidator(model, "openai", "/v1/chat/completions")
     assert LineValidator(model, "native", "/v1/generate").endpoint == "/v1/generate"
+
+
+@pytest.mark.parametrize(
+    ("raw", "says"),
+    [
+        # JSON escapes that decode to a lone surrogate: valid JSON, but not text a server can take.
+        (b'{"custom_id": "q1", "prompt": "hi \\ud800", "max_tokens": 5}', "'prompt'"),
+        (b'{"custom_id": "q1", "prompt": "hi", "max_tokens": 5, "stop": ["\\udfff"]}', "'stop.0'"),
+        (b'{"custom_id": "q\\ud800", "prompt": "hi", "max_tokens": 5}', "custom_id must be valid Unicode"),
+        (b'{"custom_id": "q1", "prompt": "hi", "max_tokens": 5, "top_p": 1e-50}', "32-bit float"),
+        (b'{"custom_id": "q1", "prompt": "hi", "max_tokens": 5, "stop": ["' + b"x" * 300 + b'"]}', "at most 256"),
+        (b'{"custom_id": "q1", "prompt": "caf\xe9", "max_tokens": 5}', "not UTF-8"),
+    ],
+)
+def test_a_line_a_server_would_refuse_is_refused_at_upload(model: CountingModel, raw: bytes, says: str) -> None:
+    error = _error(LineValidator(model, "native").validate(1, raw))
+    assert says in error.message
+    assert error.custom_id in (None, "q1")
+    if error.custom_id is not None:
+        error.custom_id.encode()  # what the errors file writes
+
+
+def test_an_openai_chat_line_with_a_lone_surrogate_is_refused(
+    model: CountingModel, renderer: RecordingRenderer
+) -> None:
+    raw = (
+        b'{"custom_id": "c1", "method": "POST", "url": "/v1/chat/completions", "body": {"model": "m", '
+        b'"messages": [{"role": "user", "content": [{"type": "text", "text": "\\ud83d"}]}], "max_tokens": 4}}'
+    )
+    validator = LineValidator(model, "openai", "/v1/chat/completions", renderer)
+    error = _error(validator.validate(1, raw))
+    assert "messages.0.content" in error.message and "Unicode" in error.message

@@ -84,3 +84,9 @@ def test_the_maximum_is_shown_as_a_duration_one_could_send() -> None:
 )
 def test_format_duration(seconds: float, text: str) -> None:
     assert format_duration(seconds) == text
+
+
+@pytest.mark.parametrize("value", ["9" * 400 + "s", "99999999999999999999999d", "1" * 5000 + "h", "10000000000000s"])
+def test_an_enormous_duration_is_a_clear_refusal_not_an_overflow(value: str) -> None:
+    with pytest.raises(ValueError, match="deadline"):
+        parse_deadline(value, NOW, 86400)

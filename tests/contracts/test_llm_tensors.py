@@ -126,7 +126,7 @@ class OneResponseStages:
     async def postprocess(
         self, token_ids: Sequence[int], state: PostprocessState, stops: Sequence[str], *, is_final: bool
     ) -> PostprocessResult:
-        return PostprocessResult(self.text, state, stop_hit=False)
+        return PostprocessResult(self.text, state, stop_hit=False, reply_tokens=len(token_ids))
 
 
 class Sink:

@@ -19,7 +19,7 @@ def without(key: str) -> dict[str, Any]:
 def error_of(response: httpx.Response) -> dict[str, Any]:
     body = response.json()
     assert set(body) == {"error"}
-    assert set(body["error"]) == {"type", "message", "param"}
+    assert set(body["error"]) == {"type", "message", "param", "code"}
     error: dict[str, Any] = body["error"]
     return error
 
@@ -45,7 +45,7 @@ def error_of(response: httpx.Response) -> dict[str, Any]:
         (
             {**GOOD, "stop": 5},
             "stop",
-            "'stop' must be a string or a list of at most 4 non-empty strings; got 5",
+            "'stop' must be a string or a list of at most 4 strings of 1-256 characters; got 5",
         ),
         ({**GOOD, "class": "urgent"}, "class", "'class' must be 'interactive' or 'bulk'; got 'urgent'"),
         ({**GOOD, "stream": "yes"}, "stream", "'stream' must be true or false"),
@@ -55,6 +55,11 @@ def error_of(response: httpx.Response) -> dict[str, Any]:
         ({**GOOD, "top_p": 0}, "top_p", "greater than 0"),
         ({**GOOD, "top_p": 1.5}, "top_p", "less than or equal to 1"),
         ({**GOOD, "top_k": -1}, "top_k", "greater than or equal to 0"),
+        # Values the engine refuses once they are its tensor's dtype: top_p is 0.0 as FP32.
+        ({**GOOD, "top_p": 1e-50}, "top_p", "is 0 as a 32-bit float: send at least 1.4e-45"),
+        ({**GOOD, "top_k": 2**31}, "top_k", "less than or equal to 2147483647"),
+        ({**GOOD, "temperature": 1e300}, "temperature", "less than or equal to 2"),
+        ({**GOOD, "stop": ["x" * 257]}, "stop", "stop string 0 has 257 characters; at most 256 are allowed"),
         ({**GOOD, "seed": "abc"}, "seed", "a 64-bit integer"),
         ({**GOOD, "seed": 2**64}, "seed", "less than or equal to"),
         ({**GOOD, "ignore_eos": 1}, "ignore_eos", "true or false"),
@@ -98,9 +103,10 @@ async def test_unknown_model_is_404_listing_the_served_ones(client: httpx.AsyncC
     assert response.status_code == 404
     error = error_of(response)
     assert error == {
-        "type": "model_not_found",
+        "type": "not_found_error",
         "message": "model 'huge' is not served here; use one of: small, large (GET /v1/models)",
         "param": "model",
+        "code": "model_not_found",
     }
     assert backend.requests == []
 
@@ -125,7 +131,7 @@ async def test_over_context_is_400_saying_the_limit(
 async def test_prompt_alone_over_context_asks_to_shorten_it(
     client: httpx.AsyncClient, count_tokens: Callable[[str], int]
 ) -> None:
-    prompt = "servers that take eight minutes to help " * 20
+    prompt = "servers that take eight minutes to help " * 12  # within the byte bound, over in tokens
     response = await client.post("/v1/generate", json={**GOOD, "prompt": prompt, "max_tokens": 1})
     error = error_of(response)
     assert response.status_code == 400
@@ -146,10 +152,10 @@ async def test_exactly_the_context_is_accepted(
 async def test_unknown_route_uses_the_error_shape(client: httpx.AsyncClient) -> None:
     response = await client.get("/v1/nothing-here")
     assert response.status_code == 404
-    assert error_of(response)["type"] == "not_found"
+    assert (error_of(response)["type"], error_of(response)["code"]) == ("not_found_error", "not_found")
 
 
 async def test_wrong_method_uses_the_error_shape(client: httpx.AsyncClient) -> None:
     response = await client.get("/v1/generate")
     assert response.status_code == 405
-    assert error_of(response)["type"] == "http_error"
+    assert (error_of(response)["type"], error_of(response)["code"]) == ("invalid_request_error", "method_not_allowed")

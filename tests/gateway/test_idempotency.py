@@ -96,7 +96,7 @@ async def test_a_request_nobody_followed_reads_from_its_stored_result(redis_url:
     await store.claim("t", "quiet", "fp")
     result = {"stop_reason": "length", "deltas": [["Hi", [1]]]}
     await store.record_final("t", "quiet", result, keep_s=3600, followed=False)
-    assert await client.exists("sy:req:t:quiet:deltas") == 0  # no stream for nobody
+    assert await client.exists("sy:req-deltas:t:quiet") == 0  # no stream for nobody
     seen = [delta async for delta in store.follow("t", "quiet", idle_timeout_s=5)]
     assert seen == [StoredDelta(final=result)]
 
@@ -113,8 +113,8 @@ async def test_without_a_caller_id_nothing_is_kept_after_the_end(redis_url: str)
     # Followed from another process: its stream ends them, then goes too.
     await store.claim("t", "cancelled", "fp")
     await store.record_final("t", "cancelled", {"stop_reason": "cancelled"}, keep_s=None, followed=True)
-    assert await client.keys("sy:req:t:cancelled*") == [b"sy:req:t:cancelled:deltas"]
-    assert 0 < await client.ttl("sy:req:t:cancelled:deltas") <= 1
+    assert await client.keys("sy:req-deltas:t:cancelled*") == [b"sy:req-deltas:t:cancelled"]
+    assert 0 < await client.ttl("sy:req-deltas:t:cancelled") <= 1
 
 
 async def test_a_follower_asks_the_owner_again_until_something_arrives(redis_url: str) -> None:
@@ -132,3 +132,17 @@ async def test_a_follower_asks_the_owner_again_until_something_arrives(redis_url
     seen = [delta async for delta in store.follow("t", "late", idle_timeout_s=10, nudge=nudge)]
     assert seen == [StoredDelta("a", (1,)), StoredDelta(final={"stop_reason": "stop"})]
     assert len(asks) == 3
+
+
+async def test_no_request_id_names_another_requests_keys(redis_url: str) -> None:
+    """`r:deltas` is a valid request id; it once named the deltas stream of `r` (a WRONGTYPE 500)."""
+    store = IdempotencyStore(aioredis.Redis.from_url(redis_url))
+    await store.claim("t", "r", "fp")
+    await store.mirror("t", "r", [("Hel", (1, 2))])
+    assert (await store.claim("t", "r:deltas", "fp")).state is ClaimState.NEW
+    assert await store.state("t", "r:deltas") is ClaimState.RUNNING
+    await store.record_final("t", "r:deltas", {"stop_reason": "stop"}, keep_s=60, followed=True)
+    assert await store.state("t", "r") is ClaimState.RUNNING  # `r` and its stream untouched
+    follow = store.follow("t", "r", idle_timeout_s=5)
+    assert await anext(follow) == StoredDelta(text="Hel", token_ids=(1, 2))
+    await follow.aclose()

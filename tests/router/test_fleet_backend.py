@@ -14,6 +14,7 @@ from contracts.generation import (
     GenerationDelta,
     GenerationRequest,
     PoolReadiness,
+    RequestRejected,
     Usage,
 )
 from router.fleet_backend import FleetBackend
@@ -120,3 +121,20 @@ async def test_a_reply_whose_end_was_lost_with_its_server_ends_without_another_s
     deltas = await reply(FleetBackend(Picker(["a", "b"]), servers))
     assert [t for d in deltas for t in d.token_ids] == [10, 11, 12, 13, 14, 15]
     assert deltas[-1].finish_reason == "length" and deltas[-1].usage == Usage(completion_tokens=6)
+
+
+class Refusing(Servers):
+    """Every server refuses the request's input, as every `llm` would."""
+
+    async def stream_on(self, target: str, request: GenerationRequest) -> AsyncGenerator[GenerationDelta, None]:
+        self.asked.append((target, request.resume_token_ids))
+        raise RequestRejected("top_p must be in (0, 1], got 0.0")
+        yield GenerationDelta()  # pragma: no cover - makes this a generator
+
+
+async def test_a_refused_input_tries_no_other_server_and_marks_none_failed() -> None:
+    picker, servers = Picker(["a", "b", "c"]), Refusing({})
+    with pytest.raises(RequestRejected, match="top_p"):
+        await reply(FleetBackend(picker, servers))
+    assert servers.asked == [("a", ())]
+    assert picker.log == [("started", "a", (), None), ("ended", "a", (), False)]

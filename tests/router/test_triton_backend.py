@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import replace
 from typing import Any
 
 import grpc
@@ -14,7 +15,14 @@ import pytest
 from tritonclient.grpc import InferInput
 from tritonclient.utils import InferenceServerException, deserialize_bytes_tensor
 
-from contracts.generation import BackendError, BackendUnavailable, GenerationDelta, GenerationRequest, Usage
+from contracts.generation import (
+    BackendError,
+    BackendUnavailable,
+    GenerationDelta,
+    GenerationRequest,
+    RequestRejected,
+    Usage,
+)
 from router.triton_backend import TritonBackend, build_inputs
 
 REQUEST = GenerationRequest(request_id="r1", model_id="small", prompt="héllo", max_tokens=5)
@@ -81,12 +89,16 @@ class FakeClient:
         self.hang = hang
         self.streams: list[FakeStream] = []
         self.request_iterators: list[AsyncIterator[dict[str, Any]]] = []
+        self.headers: list[dict[str, str] | None] = []
         self.server_ready: bool | Exception = True
         self.model_ready = True
         self.closed = False
 
-    def stream_infer(self, inputs_iterator: AsyncIterator[dict[str, Any]]) -> FakeStream:
+    def stream_infer(
+        self, inputs_iterator: AsyncIterator[dict[str, Any]], headers: dict[str, str] | None = None
+    ) -> FakeStream:
         self.request_iterators.append(inputs_iterator)
+        self.headers.append(headers)
         self.streams.append(FakeStream(list(self.items), self.hang))
         return self.streams[-1]
 
@@ -179,6 +191,15 @@ async def test_streams_deltas_until_the_finish_reason() -> None:
     assert [t.name() for t in sent[0]["inputs"]] == ["text_input", "max_tokens", "stream", "request_class"]
 
 
+async def test_every_stream_carries_the_inference_headers() -> None:
+    """Triton refuses inference without the gateway's key: each call must send it."""
+    client = FakeClient([llm_response("a", [1], "length", 1)])
+    backend = TritonBackend({"small": client}, {"small": "small"}, headers={"switchyard-inference-key": "k"})
+    await collect(backend)
+    await collect(backend)
+    assert client.headers == [{"switchyard-inference-key": "k"}] * 2
+
+
 async def test_absent_outputs_read_as_empty() -> None:
     bare = FakeResult(finish_reason=np.array([b"stop"], dtype=np.object_))
     assert await collect(make_backend(FakeClient([(bare, None)]))) == [GenerationDelta(finish_reason="stop")]
@@ -253,3 +274,32 @@ async def test_readiness_per_pool() -> None:
     ]
     await backend.close()
     assert ready.closed and not_loaded.closed and down.closed
+
+
+async def test_a_refused_input_is_the_callers_not_a_server_failure() -> None:
+    refusal = InferenceServerException("invalid input: cpu_engine: top_p must be in (0, 1], got 0.0")
+    with pytest.raises(RequestRejected, match=r"^cpu_engine: top_p must be in \(0, 1\], got 0.0$"):
+        await collect(make_backend(FakeClient([(None, refusal)])))
+
+
+async def test_an_invalid_argument_status_is_a_refusal_too() -> None:
+    rpc_error = grpc.aio.AioRpcError(
+        grpc.StatusCode.INVALID_ARGUMENT, grpc.aio.Metadata(), grpc.aio.Metadata(), details="invalid input: bad stop"
+    )
+    with pytest.raises(RequestRejected, match=r"^bad stop$"):
+        await collect(make_backend(FakeClient([rpc_error])))
+
+
+@pytest.mark.parametrize(
+    "request_",
+    [
+        replace(REQUEST, top_k=2**40),  # INT32 would wrap it
+        replace(REQUEST, temperature=1e300),  # FP32 would make it inf
+        replace(REQUEST, prompt="a\ud800b"),  # not UTF-8 encodable
+    ],
+)
+async def test_a_value_its_tensor_cannot_hold_is_refused_before_any_server_sees_it(request_: GenerationRequest) -> None:
+    client = FakeClient([llm_response("a", [1], finish="stop")])
+    with pytest.raises(RequestRejected, match="llm input"):
+        await collect(make_backend(client), request_)
+    assert client.streams == []
