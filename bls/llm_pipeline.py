@@ -6,7 +6,10 @@
                                                                      client cancelled
 
 Each engine response (the engine merges steps when we read slowly) goes through one
-postprocessing call, whose state (detokenizer offsets, held-back text) this loop carries. With
+postprocessing call, whose state (detokenizer offsets, held-back text) this loop carries. On a
+stop string the reply keeps its tokens through the one the stop ends in, cancels the engine and
+reads it to its end, so the FINAL's usage says exactly what the client got (`completion_tokens`)
+and what the engine wrote beyond it (`discarded_tokens`), whatever the timing. With
 `stream=false` the deltas are accumulated into one response. Every path ends in exactly one
 FINAL response; an error is a Triton error on that final response.
 
@@ -35,6 +38,7 @@ from bls.tensors import (
     int32_tensor,
     text_tensor,
 )
+from contracts.llm_tensors import invalid_input_message
 from engine.request import EngineRequest, FinishReason, RequestOutput
 
 logger = logging.getLogger(__name__)
@@ -66,27 +70,41 @@ class LlmStages(Protocol):
 
 @dataclass(slots=True)
 class _Reply:
-    """What this server has produced for one request so far."""
+    """What this server has produced for one request so far.
+
+    Usage counts what the client gets: `completion_tokens` is the token ids this server sent,
+    `discarded_tokens` what its engine wrote beyond them (past a stop string, before our cancel
+    landed). A resumed reply's replayed tokens are neither: the server before counted them."""
 
     text: list[str] = field(default_factory=list)  # unsent text (all of it when not streaming)
     token_ids: list[int] = field(default_factory=list)  # unsent new token ids
     last: RequestOutput | None = None
+    sent_tokens: int = 0  # token ids sent in responses so far
+    engine_tokens: int = 0  # tokens the engine generated for this request so far
 
-    def add(self, text: str, output: RequestOutput) -> None:
+    def add(self, text: str, token_ids: Sequence[int], output: RequestOutput) -> None:
+        """Queue `text` and the reply's `token_ids` of `output` (all of them but past a stop)."""
         self.text.append(text)
-        self.token_ids.extend(output.new_token_ids)
+        self.token_ids.extend(token_ids)
+        self.engine_work(output)
+
+    def engine_work(self, output: RequestOutput) -> None:
+        """Count what the engine wrote, whether or not the reply keeps it."""
+        self.engine_tokens = max(self.engine_tokens + len(output.new_token_ids), output.completion_tokens)
         self.last = output
 
     def take(self, finish_reason: str) -> Outputs:
         """The response tensors for everything unsent, and forget it."""
         last = self.last
+        self.sent_tokens += len(self.token_ids)
         outputs = {
             "text_output": text_tensor("".join(self.text)),
             "output_token_ids": int32_tensor(self.token_ids),
             "finish_reason": text_tensor(finish_reason),
             "prompt_tokens": int32_scalar(last.prompt_tokens if last else 0),
             "cached_tokens": int32_scalar(last.cached_tokens if last else 0),
-            "completion_tokens": int32_scalar(last.completion_tokens if last else 0),
+            "completion_tokens": int32_scalar(self.sent_tokens),
+            "discarded_tokens": int32_scalar(max(0, self.engine_tokens - self.sent_tokens)),
         }
         self.text.clear()
         self.token_ids.clear()
@@ -122,7 +140,9 @@ class LlmPipeline:
         out = _FinalOnce(sink)
         try:
             await self._serve(request_id, parse_llm_request(src), out)
-        except (InputError, StageError) as exc:
+        except InputError as exc:  # the caller's to fix: every server would refuse it
+            out.send(None, final=True, error=invalid_input_message(str(exc)))
+        except StageError as exc:
             out.send(None, final=True, error=str(exc))
         except Exception as exc:
             logger.exception("llm request %r failed", request_id)
@@ -155,13 +175,19 @@ class LlmPipeline:
                     token_ids.extend(output.new_token_ids)
                     post = await stages.postprocess(token_ids, state, request.stops, is_final=output.finished)
                     state = post.state
-                    reply.add(post.text, output)
                     finished = output.finished
                     if post.stop_hit:  # the client's reply ends now; the engine stops behind it
-                        out.send(reply.take(FinishReason.STOP.value), final=True)
+                        earlier = len(token_ids) - len(output.new_token_ids)
+                        reply.add(post.text, output.new_token_ids[: max(0, post.reply_tokens - earlier)], output)
                         if not finished:
+                            # Until the engine's last output, so its work past the stop is counted.
                             await stages.cancel(request_id)
+                            async for rest in outputs:
+                                reply.engine_work(rest)
+                            finished = True
+                        out.send(reply.take(FinishReason.STOP.value), final=True)
                         return
+                    reply.add(post.text, output.new_token_ids, output)
                     if finished:
                         reason = output.finish_reason or FinishReason.ABORTED
                         if client_cancelled.is_set():

@@ -24,33 +24,68 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True, slots=True)
 class StopScan:
-    """What to emit now, what to hold for the next delta, and whether the reply must end."""
+    """What to emit now, what to hold for the next delta, and whether the reply must end.
+
+    `after_stop`: with `stop_hit`, how many characters of `held + delta` follow the end of the
+    stop string that ended the reply (what tells usage which tokens the reply had)."""
 
     emit: str
     held: str
     stop_hit: bool
+    after_stop: int = 0
 
 
-def _earliest_match(text: str, stops: Sequence[str]) -> int | None:
-    best: int | None = None
+def _earliest_match(text: str, stops: Sequence[str]) -> tuple[int, int] | None:
+    """Start and end of the earliest stop string in `text` (the first listed on a tie)."""
+    best: tuple[int, int] | None = None
     for stop in stops:
         if not stop:
             continue
         index = text.find(stop)
-        if index >= 0 and (best is None or index < best):
-            best = index
+        if index >= 0 and (best is None or index < best[0]):
+            best = (index, index + len(stop))
     return best
 
 
 def _holdback_length(text: str, stops: Sequence[str]) -> int:
-    """Length of the longest tail of `text` that is a proper prefix of some stop string."""
+    """Length of the longest tail of `text` that is a proper prefix of some stop string.
+
+    Linear per stop in the text it scans, at most the last `len(stop) - 1` characters (KMP),
+    where trying every prefix length with `endswith` was quadratic in it on every delta. A
+    short delta with little held back costs little, however long the stop string."""
     longest = 0
     for stop in stops:
-        for length in range(min(len(stop) - 1, len(text)), longest, -1):
-            if text.endswith(stop[:length]):
-                longest = length
-                break
+        if len(stop) > 1 and text and text[-1] in stop:  # most deltas end in no stop's letter
+            longest = max(longest, _suffix_prefix_overlap(text[-(len(stop) - 1) :], stop))
     return longest
+
+
+def _suffix_prefix_overlap(tail: str, stop: str) -> int:
+    """Longest k such that `tail` ends with `stop[:k]` (k < len(stop) as len(tail) < len(stop)):
+    the state of the Knuth-Morris-Pratt matcher of `stop` after reading `tail`. The matcher
+    never gets further into `stop` than `len(tail)`, so only that much of it is prepared."""
+    failure = _failure_function(stop[: len(tail)])
+    matched = 0
+    for char in tail:
+        while matched and stop[matched] != char:
+            matched = failure[matched - 1]
+        if stop[matched] == char:
+            matched += 1
+    return matched
+
+
+def _failure_function(pattern: str) -> list[int]:
+    """`failure[i]`: length of the longest proper prefix of `pattern[: i + 1]` that is also its
+    suffix (KMP's prefix function), in O(len(pattern))."""
+    failure = [0] * len(pattern)
+    k = 0
+    for i in range(1, len(pattern)):
+        while k and pattern[i] != pattern[k]:
+            k = failure[k - 1]
+        if pattern[i] == pattern[k]:
+            k += 1
+        failure[i] = k
+    return failure
 
 
 def scan_stop_strings(held: str, delta: str, stops: Sequence[str], *, is_final: bool) -> StopScan:
@@ -61,7 +96,8 @@ def scan_stop_strings(held: str, delta: str, stops: Sequence[str], *, is_final: 
     text = held + delta
     match = _earliest_match(text, stops)
     if match is not None:
-        return StopScan(emit=text[:match], held="", stop_hit=True)
+        start, end = match
+        return StopScan(emit=text[:start], held="", stop_hit=True, after_stop=len(text) - end)
     if is_final:
         return StopScan(emit=text, held="", stop_hit=False)
     keep = _holdback_length(text, stops)

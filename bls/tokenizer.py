@@ -15,6 +15,8 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
+from contracts.prompt_encoding import PromptEncoder
+
 
 @dataclass(frozen=True, slots=True)
 class StopTokenSequences:
@@ -87,6 +89,7 @@ class PromptTokenizer:
 
     def __init__(self, tokenizer: Tokenizer, eos_token_id: int | None = None) -> None:
         self._tokenizer = tokenizer
+        self._prompts = PromptEncoder(tokenizer)
         self.eos_token_id = eos_token_id
 
     @classmethod
@@ -107,8 +110,9 @@ class PromptTokenizer:
         return int(self._tokenizer.get_vocab_size(with_added_tokens=True))
 
     def encode_prompt(self, text: str) -> list[int]:
-        """Prompt token ids, special tokens (BOS) added as the tokenizer's post-processor says."""
-        return list(self._tokenizer.encode(text, add_special_tokens=True).ids)
+        """Prompt token ids, special tokens (BOS) added as the tokenizer's post-processor says;
+        special-token text a chat message held (marked by the gateway) encoded as text."""
+        return self._prompts.encode(text)
 
     def encode_stop(self, text: str) -> list[int]:
         """One stop string as bare token ids (no BOS)."""

@@ -40,10 +40,20 @@ from bls.postprocessing import (
 from bls.preprocessing import Preprocessed, parse_preprocess_outputs, preprocess_inputs
 from bls.tensors import InputError, Outputs
 from bls.triton_bindings import PbTensorSource, pb_tensors
+from contracts.llm_tensors import refused_input
 from engine.request import EngineRequest, RequestOutput
 
 PREPROCESS_OUTPUTS = ["input_ids", "stop_token_sequences", "stop_token_offsets"]
-POSTPROCESS_OUTPUTS = ["text_output", "prefix_offset", "read_offset", "held_text", "stop_hit"]
+POSTPROCESS_OUTPUTS = ["text_output", "prefix_offset", "read_offset", "held_text", "stop_hit", "reply_tokens"]
+
+
+def _stage_error(model: str, message: str) -> Exception:
+    """A stage's error: InputError when it refused the request's input (the caller's to fix),
+    StageError when it failed."""
+    detail = refused_input(message)
+    if detail is not None:
+        return InputError(f"{model}: {detail}")
+    return StageError(f"{model}: {message}")
 
 
 def _next_or_none(iterator: Any) -> Any:
@@ -101,7 +111,7 @@ class TritonStages:
     async def _call(self, model: str, inputs: Outputs, outputs: Sequence[str]) -> PbTensorSource:
         response = await self._exec(self._request(model, inputs, outputs), decoupled=False)
         if response.has_error():
-            raise StageError(f"{model}: {response.error().message()}")
+            raise _stage_error(model, response.error().message())
         return PbTensorSource.of_response(self._pb, response)
 
     async def preprocess(self, prompt: str, stops: Sequence[str]) -> Preprocessed:
@@ -148,7 +158,7 @@ class TritonStages:
                     exhausted = True
                     break
                 if response.has_error():
-                    raise StageError(f"{self._engine_model}: {response.error().message()}")
+                    raise _stage_error(self._engine_model, response.error().message())
                 if not response.output_tensors():
                     continue  # a bare FINAL
                 try:

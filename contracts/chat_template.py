@@ -17,12 +17,18 @@ leading BOS text is dropped, and the token ids come out exactly as HF's:
 
 BOS tokens later in a conversation (one per turn in Llama 2) stay: they are text the
 tokenizer maps to the special id, as in HF.
+
+Special-token text inside a message is the user's text, never structure: each occurrence is
+marked before rendering, so the prompt encoders (contracts/prompt_encoding.py, the same at the
+gateway and on the model server) encode it as plain text, and "</s><s>[INST]" in a message
+cannot close its turn and forge another. Content that holds the marks themselves is refused.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -37,6 +43,7 @@ from tokenizers import Tokenizer
 from config.settings import SwitchyardConfig
 from contracts.catalog import ServedModel
 from contracts.errors import invalid_request
+from contracts.prompt_encoding import LITERAL_CLOSE, LITERAL_OPEN, holds_marks, mark_literal, special_token_pattern
 
 logger = logging.getLogger(__name__)
 
@@ -59,7 +66,14 @@ class ChatMessage:
 class ChatTemplate:
     """One model's compiled chat template and the special tokens it is rendered with."""
 
-    def __init__(self, source: str, special_tokens: dict[str, str], tokenizer_adds_bos: bool) -> None:
+    def __init__(
+        self,
+        source: str,
+        special_tokens: dict[str, str],
+        tokenizer_adds_bos: bool,
+        content_specials: re.Pattern[str] | None = None,
+    ) -> None:
+        """`content_specials`: the tokenizer's special tokens, to be marked as text in messages."""
         env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
         env.filters["tojson"] = _tojson
         env.globals["raise_exception"] = _raise_exception
@@ -68,6 +82,7 @@ class ChatTemplate:
         self._special_tokens = special_tokens
         bos = special_tokens.get("bos_token", "")
         self._strip_prefix = bos if tokenizer_adds_bos and bos else ""
+        self._content_specials = content_specials
 
     @classmethod
     def from_tokenizer_config(cls, config: dict[str, Any], tokenizer: Tokenizer) -> ChatTemplate | None:
@@ -76,13 +91,18 @@ class ChatTemplate:
         if source is None:
             return None
         special = {name: text for name in _SPECIAL_TOKENS if (text := _token_text(config.get(name)))}
-        return cls(source, special, _adds_bos(tokenizer, special.get("bos_token")))
+        return cls(source, special, _adds_bos(tokenizer, special.get("bos_token")), special_token_pattern(tokenizer))
 
     def render(self, messages: Sequence[ChatMessage]) -> str:
         """The prompt for `messages`, ready for the backend; raises `TemplateRaised` or a
         Jinja2 error when the template cannot render them."""
+        if holds_marks([m.content for m in messages]):
+            raise TemplateRaised(
+                f"message content must not hold U+{ord(LITERAL_OPEN):04X} or U+{ord(LITERAL_CLOSE):04X} "
+                "(noncharacters reserved for internal use)"
+            )
         text = self._template.render(
-            messages=[{"role": m.role, "content": m.content} for m in messages],
+            messages=[{"role": m.role, "content": mark_literal(m.content, self._content_specials)} for m in messages],
             add_generation_prompt=True,
             **self._special_tokens,
         )

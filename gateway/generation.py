@@ -376,6 +376,7 @@ class _Hooks:
             prompt_tokens=usage.prompt_tokens,
             cached_tokens=min(usage.cached_tokens, usage.prompt_tokens),
             completion_tokens=usage.completion_tokens,
+            discarded_tokens=usage.discarded_tokens,
             cancelled=entry.stop_reason == "cancelled",
             kv_token_seconds=held_prompt + held_completion,
         )

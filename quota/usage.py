@@ -23,7 +23,15 @@ from datetime import UTC, datetime, timedelta
 import redis.asyncio
 
 TEAMS_KEY = "sy:usage:teams"
-METRICS = ("requests", "prompt_tokens", "cached_tokens", "completion_tokens", "cancelled", "kv_token_seconds")
+METRICS = (
+    "requests",
+    "prompt_tokens",
+    "cached_tokens",
+    "completion_tokens",
+    "discarded_tokens",
+    "cancelled",
+    "kv_token_seconds",  # last: the one float
+)
 _DAY_COUNTER_TTL_S = 3 * 24 * 3600
 _HOUR = timedelta(hours=1)
 
@@ -73,6 +81,8 @@ def hour_start(moment: datetime) -> datetime:
 class UsageRecord:
     """What one request used. `cached_tokens` is the part of `prompt_tokens` served from the
     prefix cache; `cancelled` says the client cancelled it (its tokens so far still count).
+    `completion_tokens` are the reply's tokens the client got (billed); `discarded_tokens` the
+    engine's work past the reply's end (a stop string), metered apart and never billed.
 
     `kv_token_seconds` is the KV memory the request held, integrated over time: the caller
     sums tokens held × seconds held over the request's life (for a request that holds its
@@ -88,11 +98,12 @@ class UsageRecord:
     prompt_tokens: int = 0
     cached_tokens: int = 0
     completion_tokens: int = 0
+    discarded_tokens: int = 0
     cancelled: bool = False
     kv_token_seconds: float = 0.0
 
     def __post_init__(self) -> None:
-        counts = (self.requests, self.prompt_tokens, self.cached_tokens, self.completion_tokens)
+        counts = (self.requests, self.prompt_tokens, self.cached_tokens, self.completion_tokens, self.discarded_tokens)
         if min(counts) < 0 or self.kv_token_seconds < 0:
             raise ValueError(f"usage cannot be negative: {self}")
         if self.cached_tokens > self.prompt_tokens:
@@ -105,6 +116,7 @@ class UsageRecord:
             "prompt_tokens": self.prompt_tokens,
             "cached_tokens": self.cached_tokens,
             "completion_tokens": self.completion_tokens,
+            "discarded_tokens": self.discarded_tokens,
             "cancelled": int(self.cancelled) * self.requests,
             "kv_token_seconds": self.kv_token_seconds,
         }
@@ -125,6 +137,7 @@ class UsageRow:
     completion_tokens: int = 0
     cancelled: int = 0
     kv_token_seconds: float = 0.0
+    discarded_tokens: int = 0  # last, so rows built by position keep their meaning
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)

@@ -24,7 +24,10 @@ class UsageCounters:
         self.requests = counter("requests", "Requests that ended (finished, failed or cancelled).")
         self.prompt_tokens = counter("prompt_tokens", "Prompt tokens of ended requests, cached ones included.")
         self.cached_tokens = counter("cached_tokens", "Prompt tokens served from the prefix cache.")
-        self.completion_tokens = counter("completion_tokens", "Completion tokens generated.")
+        self.completion_tokens = counter("completion_tokens", "Completion tokens the clients got (billed).")
+        self.discarded_tokens = counter(
+            "discarded_tokens", "Tokens engines wrote past a reply's end (a stop string): work, never billed."
+        )
         self.cancelled = counter("cancelled_requests", "Requests the client cancelled.")
         self.kv_token_seconds = counter("kv_token_seconds", "KV cache tokens held × seconds held.")
 
@@ -35,6 +38,7 @@ class UsageCounters:
         self.prompt_tokens.labels(**labels).inc(rec.prompt_tokens)
         self.cached_tokens.labels(**labels).inc(rec.cached_tokens)
         self.completion_tokens.labels(**labels).inc(rec.completion_tokens)
+        self.discarded_tokens.labels(**labels).inc(rec.discarded_tokens)
         if rec.cancelled:
             self.cancelled.labels(**labels).inc(rec.requests)
         else:

@@ -35,6 +35,7 @@ class UsageRowBody(BaseModel):
     prompt_tokens: int
     cached_tokens: int
     completion_tokens: int
+    discarded_tokens: int = Field(description="engine work past a reply's end (a stop string); not billed")
     cancelled_requests: int
     kv_token_seconds: float
 
@@ -49,6 +50,7 @@ class UsageRowBody(BaseModel):
             prompt_tokens=row.prompt_tokens,
             cached_tokens=row.cached_tokens,
             completion_tokens=row.completion_tokens,
+            discarded_tokens=row.discarded_tokens,
             cancelled_requests=row.cancelled,
             kv_token_seconds=row.kv_token_seconds,
         )
@@ -73,7 +75,8 @@ async def get_usage(
     granularity: Annotated[Literal["total", "hour"], Query(description="one row per hour with 'hour'")] = "total",
 ) -> UsageReport:
     """Usage per team, model and class: requests, prompt, cached and completion tokens,
-    cancelled requests and KV token-seconds."""
+    discarded tokens (engine work past a stop string, not billed), cancelled requests and KV
+    token-seconds."""
     now = datetime.now(UTC)
     end_at = as_utc(end) if end is not None else now
     start_at = as_utc(start) if start is not None else now.replace(hour=0, minute=0, second=0, microsecond=0)

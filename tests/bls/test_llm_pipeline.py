@@ -163,7 +163,7 @@ async def test_bad_input_is_an_error_with_final(tokenizer: PromptTokenizer) -> N
     sink = Sink()
     src = DictTensorSource({"text_input": np.array([b"hi"], dtype=np.object_)})
     await LlmPipeline(FakeStages(tokenizer, [])).run("r1", src, sink)
-    assert sink.sent == [(None, True, "input 'max_tokens' is required")]
+    assert sink.sent == [(None, True, "invalid input: input 'max_tokens' is required")]
 
 
 async def test_stage_error_is_passed_on(tokenizer: PromptTokenizer) -> None:
@@ -202,3 +202,79 @@ async def test_task_cancellation_still_sends_final(tokenizer: PromptTokenizer, s
         await task
     _, error = sink.final()
     assert error is not None
+
+
+def sent_ids(sink: Sink) -> list[int]:
+    return [i for o, _, _ in sink.sent if o is not None for i in o["output_token_ids"]]
+
+
+def usage(sink: Sink) -> tuple[int, int]:
+    outputs, _ = sink.final()
+    assert outputs is not None
+    return int(outputs["completion_tokens"][0]), int(outputs["discarded_tokens"][0])
+
+
+class LateCancelStages(FakeStages):
+    """An engine whose cancel lands `late` outputs after it was asked for (it had steps queued)."""
+
+    def __init__(self, tokenizer: PromptTokenizer, chunks: Sequence[Sequence[int]], late: int) -> None:
+        super().__init__(tokenizer, chunks)
+        self.late = late
+
+    async def generate(self, request: EngineRequest) -> AsyncGenerator[RequestOutput, None]:
+        done, prompt, after_cancel = 0, len(request.prompt_token_ids), 0
+        for chunk in self.chunks:
+            if self._cancelled.is_set():
+                if after_cancel == self.late:
+                    break
+                after_cancel += 1
+            done += len(chunk)
+            yield RequestOutput(request.request_id, chunk, False, None, prompt, 0, done)
+            await asyncio.sleep(0)
+        yield RequestOutput(request.request_id, (), True, FinishReason.CANCELLED, prompt, 0, done)
+
+
+STOPPED = REPLY + " and more text after it, much more"
+
+
+def tokens_through_stop(tokenizer: PromptTokenizer, text: str, stop: str) -> int:
+    """The rule, spelled out: the reply's tokens up to and including the one the stop ends in."""
+    ids = tokenizer.encode_stop(text)
+    return next(k for k in range(len(ids) + 1) if stop in tokenizer.decode(ids[:k]))
+
+
+@pytest.mark.parametrize("chunk_size", [1, 2, 3, 7, 40])
+async def test_usage_past_a_stop_is_the_same_however_the_engine_batched(
+    tokenizer: PromptTokenizer, chunk_size: int
+) -> None:
+    # The engine merges steps while `llm` reads: the output that holds the stop string may
+    # hold 1 or 40 tokens. The client gets, and is billed, the same tokens either way.
+    stages = FakeStages(tokenizer, chunks_of(tokenizer, STOPPED, chunk_size), hang=True)
+    sink = Sink()
+    await LlmPipeline(stages).run("r1", inputs(stops=("Observation:",)), sink)
+    expected = tokens_through_stop(tokenizer, STOPPED, "Observation:")
+    completion, discarded = usage(sink)
+    assert "".join(sink.texts()) == "Hello 🚀 world. "
+    assert sent_ids(sink) == tokenizer.encode_stop(STOPPED)[:expected]
+    assert completion == expected
+    written = min(len(tokenizer.encode_stop(STOPPED)), -(-expected // chunk_size) * chunk_size)
+    assert discarded == written - expected
+
+
+async def test_engine_work_after_the_cancel_is_discarded_not_billed(tokenizer: PromptTokenizer) -> None:
+    stages = LateCancelStages(tokenizer, chunks_of(tokenizer, STOPPED, 1), late=3)
+    sink = Sink()
+    await LlmPipeline(stages).run("r1", inputs(stops=("Observation:",)), sink)
+    expected = tokens_through_stop(tokenizer, STOPPED, "Observation:")
+    assert usage(sink) == (expected, 3)  # the 3 tokens the engine wrote before the cancel landed
+    assert sent_ids(sink) == tokenizer.encode_stop(STOPPED)[:expected]
+    assert stages.cancels == ["r1"]
+
+
+async def test_resumed_reply_counts_only_the_tokens_it_sent(tokenizer: PromptTokenizer) -> None:
+    ids = tokenizer.encode_stop(REPLY)
+    cut = 5
+    stages = FakeStages(tokenizer, [ids[cut:]])
+    sink = Sink()
+    await LlmPipeline(stages).run("r1", inputs(resume_token_ids=tuple(ids[:cut])), sink)
+    assert usage(sink) == (len(ids) - cut, 0)  # the server before billed the first `cut`

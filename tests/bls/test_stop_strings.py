@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import random
+import time
+
 from bls.stop_strings import StopScan, scan_stop_strings
 
 
@@ -21,7 +24,7 @@ def test_no_stops_emits_everything() -> None:
 
 def test_stop_inside_one_delta_cuts_before_it() -> None:
     assert scan_stop_strings("", "The end. Observation: x", ["Observation:"], is_final=False) == StopScan(
-        "The end. ", "", True
+        "The end. ", "", True, after_stop=2
     )
 
 
@@ -47,7 +50,7 @@ def test_final_flushes_held_text() -> None:
 
 def test_earliest_of_several_stops_wins() -> None:
     scan = scan_stop_strings("", "a STOP b END c", ["END", "STOP"], is_final=False)
-    assert scan == StopScan("a ", "", True)
+    assert scan == StopScan("a ", "", True, after_stop=len(" b END c"))
 
 
 def test_holds_longest_possible_prefix_over_several_stops() -> None:
@@ -57,4 +60,42 @@ def test_holds_longest_possible_prefix_over_several_stops() -> None:
 
 
 def test_stop_at_very_start() -> None:
-    assert scan_stop_strings("", "\nhello", ["\n"], is_final=True) == StopScan("", "", True)
+    assert scan_stop_strings("", "\nhello", ["\n"], is_final=True) == StopScan("", "", True, after_stop=len("hello"))
+
+
+def _naive_holdback(text: str, stops: list[str]) -> int:
+    """The definition, spelled out: the longest tail of `text` that is a proper prefix of a stop."""
+    return max([k for stop in stops for k in range(1, len(stop)) if k <= len(text) and text.endswith(stop[:k])] or [0])
+
+
+def test_holdback_matches_its_definition_on_random_texts() -> None:
+    rng = random.Random(7)
+    for _ in range(2000):
+        stops = ["".join(rng.choice("ab") for _ in range(rng.randint(1, 8))) for _ in range(rng.randint(1, 3))]
+        text = "".join(rng.choice("abc") for _ in range(rng.randint(0, 12)))
+        scan = scan_stop_strings("", text, stops, is_final=False)
+        if not scan.stop_hit:
+            assert len(scan.held) == _naive_holdback(text, stops), (text, stops)
+            assert scan.emit + scan.held == text
+
+
+def _scan_seconds(length: int) -> float:
+    """Best of several runs of one scan that must consider every prefix length of the stop."""
+    # The reply's tail of a's matches every prefix of the stop up to its "b": each longer one
+    # fails only at that "b", after comparing half the stop.
+    stop = "a" * (length // 2) + "b" + "a" * (length // 2)
+    delta = "a" * length
+    best = float("inf")
+    for _ in range(3):
+        began = time.perf_counter()
+        scan_stop_strings("", delta, [stop], is_final=False)
+        best = min(best, time.perf_counter() - began)
+    return best
+
+
+def test_scan_cost_grows_linearly_with_the_stop_strings_length() -> None:
+    # 200x longer: a linear scan costs ~200x, the quadratic one ~3,000x (its compares are
+    # memcmp, fast enough that lengths below ~10^4 hide it behind fixed costs). A ratio
+    # measured side by side in one run, so a busy machine slows both alike.
+    ratio = _scan_seconds(200_000) / _scan_seconds(1_000)
+    assert ratio < 1_000, f"scan cost grew {ratio:.0f}x for a 200x longer stop string"

@@ -143,7 +143,10 @@ async def test_unavailable_backend_is_503_with_retry_after(client: httpx.AsyncCl
         response = await client.post("/v1/generate", json={**BODY, "stream": stream})
         assert response.status_code == 503
         assert response.headers["retry-after"] == "7"
-        assert response.json()["error"]["type"] == "backend_unavailable"
+        assert (response.json()["error"]["type"], response.json()["error"]["code"]) == (
+            "server_error",
+            "backend_unavailable",
+        )
         assert "connection refused" in response.json()["error"]["message"]
 
 
@@ -151,7 +154,9 @@ async def test_backend_failure_before_any_text_is_502(client: httpx.AsyncClient,
     backend.error_after = 0
     response = await client.post("/v1/generate", json=BODY)
     assert response.status_code == 502
-    assert response.json() == {"error": {"type": "backend_error", "message": "engine failed", "param": None}}
+    assert response.json() == {
+        "error": {"type": "server_error", "message": "engine failed", "param": None, "code": "backend_error"}
+    }
 
 
 async def test_failure_mid_stream_ends_with_an_error_event(client: httpx.AsyncClient, backend: Any, sse: Sse) -> None:
@@ -162,7 +167,7 @@ async def test_failure_mid_stream_ends_with_an_error_event(client: httpx.AsyncCl
     assert [name for name, _ in events] == [None, None, "error"]
     assert events[-1][1] == {
         "request_id": "e",
-        "error": {"type": "backend_error", "message": "engine failed", "param": None},
+        "error": {"type": "server_error", "message": "engine failed", "param": None, "code": "backend_error"},
     }
 
 
@@ -170,7 +175,7 @@ async def test_failure_mid_whole_reply_is_502(client: httpx.AsyncClient, backend
     backend.error_after = 2
     response = await client.post("/v1/generate", json=BODY)
     assert response.status_code == 502
-    assert response.json()["error"]["type"] == "backend_error"
+    assert response.json()["error"]["code"] == "backend_error"
 
 
 async def test_backend_ending_without_finish_reason_is_an_error(client: httpx.AsyncClient, backend: Any) -> None:
@@ -188,7 +193,7 @@ async def test_a_request_id_with_another_body_is_409_while_running_and_after(
     await until(lambda: registry.get("alpha/dup") is not None)
     response = await client.post("/v1/generate", json={**BODY, "max_tokens": 4, "request_id": "dup"})
     assert response.status_code == 409
-    assert response.json()["error"]["type"] == "conflict_error"
+    assert response.json()["error"]["code"] == "request_id_conflict"
     assert response.json()["error"]["param"] == "request_id"
     assert "different body" in response.json()["error"]["message"]
 

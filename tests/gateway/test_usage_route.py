@@ -13,6 +13,7 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
+from contracts.generation import GenerationDelta, Usage
 from gateway.metering import Metering
 from quota.usage import UsageRecord
 
@@ -43,7 +44,9 @@ def usage(team: str, cls: str = "interactive", **counts: Any) -> UsageRecord:
 
 async def test_a_team_sees_its_own_usage_of_today(client: httpx.AsyncClient, wired: Wired) -> None:
     now = datetime.now(UTC)
-    await wired.metering.record(usage("alpha", prompt_tokens=12, cached_tokens=4, completion_tokens=3), now)
+    await wired.metering.record(
+        usage("alpha", prompt_tokens=12, cached_tokens=4, completion_tokens=3, discarded_tokens=5), now
+    )
     await wired.metering.record(usage("alpha", "bulk", completion_tokens=1), now)
     await wired.metering.record(usage("beta", prompt_tokens=99), now)
     await wired.metering.record(usage("alpha", prompt_tokens=1000), now - timedelta(days=2))
@@ -66,6 +69,7 @@ async def test_a_team_sees_its_own_usage_of_today(client: httpx.AsyncClient, wir
         "prompt_tokens": 12,
         "cached_tokens": 4,
         "completion_tokens": 3,
+        "discarded_tokens": 5,
         "cancelled_requests": 0,
         "kv_token_seconds": 0.0,
     }
@@ -146,6 +150,7 @@ async def test_generations_are_metered_when_they_end_cancelled_ones_too(
         "prompt_tokens": prompt_tokens,
         "cached_tokens": 0,
         "completion_tokens": 4,
+        "discarded_tokens": 0,
         "cancelled_requests": 0,
     }
     assert (bulk["class"], bulk["requests"], bulk["cancelled_requests"]) == ("bulk", 1, 1)
@@ -155,11 +160,35 @@ async def test_generations_are_metered_when_they_end_cancelled_ones_too(
 
 async def test_metering_feeds_the_prometheus_counters_too(client: httpx.AsyncClient, wired: Wired) -> None:
     record = UsageRecord(
-        team_id="alpha", model_id="small", request_class="bulk", prompt_tokens=9, cancelled=True, kv_token_seconds=2.5
-    )
+        team_id="alpha", model_id="small", request_class="bulk", prompt_tokens=9, discarded_tokens=4,
+        cancelled=True, kv_token_seconds=2.5,
+    )  # fmt: skip
     await wired.metering.record(record, datetime.now(UTC))
     text = (await client.get("/metrics")).text
     labels = 'model="small",request_class="bulk",team="alpha"'
     assert f"switchyard_usage_prompt_tokens_total{{{labels}}} 9.0" in text
     assert f"switchyard_usage_cancelled_requests_total{{{labels}}} 1.0" in text
     assert f"switchyard_usage_kv_token_seconds_total{{{labels}}} 2.5" in text
+    assert f"switchyard_usage_discarded_tokens_total{{{labels}}} 4.0" in text
+
+
+async def test_work_past_a_stop_is_metered_as_discarded_and_not_billed(
+    client: httpx.AsyncClient, backend: Any, count_tokens: Callable[[str], int]
+) -> None:
+    # The server sent the reply's 3 tokens and says its engine wrote 7 more past the stop.
+    prompt_tokens = count_tokens(PROMPT)
+    backend.deltas = [
+        GenerationDelta(text="Hello", token_ids=(5, 6)),
+        GenerationDelta(
+            text="!", token_ids=(7,), finish_reason="stop", usage=Usage(prompt_tokens, 0, 3, discarded_tokens=7)
+        ),
+    ]
+    reply = await client.post("/v1/completions", json={"model": "small", "prompt": PROMPT, "max_tokens": 20})
+    assert reply.status_code == 200, reply.text
+    assert reply.json()["usage"]["completion_tokens"] == 3
+
+    deadline = asyncio.get_running_loop().time() + 10.0  # usage is written just after the reply
+    while not (rows := (await client.get("/v1/usage")).json()["data"]):
+        assert asyncio.get_running_loop().time() < deadline, "usage never recorded"
+        await asyncio.sleep(0.01)
+    assert (rows[0]["completion_tokens"], rows[0]["discarded_tokens"]) == (3, 7)

@@ -1,4 +1,4 @@
-"""`llm` on a real tritonserver, through `tritonclient.grpc.aio` (the power-user path).
+"""`llm` on a real tritonserver, through `tritonclient.grpc.aio` with the inference key (the gateway's path).
 
 One server for the session (conftest.py). The tiny model is random, so its replies are
 gibberish but deterministic under greedy decoding: tests compare runs with each other and
@@ -92,7 +92,7 @@ async def generate(
     reply = Reply()
     client = grpcclient.InferenceServerClient(pool.grpc_url)
     try:
-        stream = client.stream_infer(_one(inputs, request_id))
+        stream = client.stream_infer(_one(inputs, request_id), headers=pool.headers)
         async for result, error in stream:
             if error is not None:
                 reply.error = str(error)
@@ -275,7 +275,8 @@ def test_pre_and_postprocessing_models_serve_power_users_directly(
 
     client = grpc_sync.InferenceServerClient(triton_pool.grpc_url)
     text = "héllo wörld, 中文 tokens"
-    pre = client.infer("preprocessing", [_tensor("text_input", np.array([text.encode()], dtype=np.object_))])
+    text_input = _tensor("text_input", np.array([text.encode()], dtype=np.object_))
+    pre = client.infer("preprocessing", [text_input], headers=triton_pool.headers)
     ids = pre.as_numpy("input_ids")
     assert ids is not None and list(ids) == tokenizer.encode_prompt(text)
 
@@ -289,6 +290,7 @@ def test_pre_and_postprocessing_models_serve_power_users_directly(
             _tensor("held_text", np.array([b""], dtype=np.object_)),
             _tensor("is_final", np.array([True])),
         ],
+        headers=triton_pool.headers,
     )
     out = post.as_numpy("text_output")
     assert out is not None and out[0].decode() == text
