@@ -4,6 +4,9 @@
     sy:batches:{team}      zset    the team's batch ids by creation time (GET /v1/batches)
     sy:batches:active      zset    batches the dispatcher works on, by deadline
 
+A native upload's input counts in the team's storage (`input_bytes`, `bulk.storage_quota`)
+until the batch's record expires (`bulk.retention`).
+
 Statuses are OpenAI's:
 
     in_progress ──(every entry ended)──▶ finalizing ──(results written out)──▶ completed
@@ -19,11 +22,14 @@ from __future__ import annotations
 
 import enum
 import json
+import re
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
 import redis.asyncio as aioredis
+
+from bulk.storage_quota import storage_key
 
 ACTIVE_KEY = "sy:batches:active"
 
@@ -71,6 +77,11 @@ class BatchRecord:
     output_file_id: str | None = None
     error_file_id: str | None = None
     metadata: dict[str, str] = field(default_factory=dict)
+    # What the client sent for the deadline (OpenAI's `completion_window`, the native `deadline`),
+    # echoed back as sent; None for batches made before it was kept.
+    completion_window: str | None = None
+    input_bytes: int = 0  # the stored input this batch holds in its team's storage (native uploads)
+    output_ttl_s: int | None = None  # its output files' lifetime (OpenAI's output_expires_after)
 
     @property
     def pending(self) -> int:
@@ -81,6 +92,11 @@ class BatchRecord:
         return self.done + self.failed + self.expired
 
 
+# What a batch or file id made here looks like: a caller's id outside it (`batch_x:chunks`
+# would name the batch's chunk stream) is never looked up.
+STORED_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
 def new_batch_id() -> str:
     return f"batch_{uuid.uuid4().hex[:24]}"
 
@@ -89,7 +105,7 @@ def batch_key(batch_id: str) -> str:
     return f"sy:batch:{batch_id}"
 
 
-_INT_FIELDS = ("total", "invalid", "done", "failed", "expired")
+_INT_FIELDS = ("total", "invalid", "done", "failed", "expired", "input_bytes")
 
 # Moves a batch from one status to another only from the statuses given, stamping the time.
 # KEYS[1] batch  ARGV[1] new status  ARGV[2] time field ('' for none)  ARGV[3] now  ARGV[4..] allowed from
@@ -106,6 +122,18 @@ end
 return {'', status}
 """
 
+# KEYS[1] batch  KEYS[2] team's batches  KEYS[3] active  KEYS[4] team's storage  ARGV[1] batch id
+# Returns 1 if this call removed the record (its input's bytes leave the team's storage once).
+_DELETE = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+local size = tonumber(redis.call('HGET', KEYS[1], 'input_bytes') or '0')
+redis.call('DEL', KEYS[1])
+redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('ZREM', KEYS[3], ARGV[1])
+if size ~= 0 then redis.call('DECRBY', KEYS[4], size) end
+return 1
+"""
+
 
 class BatchStore:
     """Creates, reads and moves batch records; the counts move in `bulk.results`."""
@@ -113,8 +141,11 @@ class BatchStore:
     def __init__(self, client: aioredis.Redis) -> None:
         self._redis = client
         self._transition = client.register_script(_TRANSITION)
+        self._delete = client.register_script(_DELETE)
 
-    async def create(self, record: BatchRecord) -> None:
+    async def create(self, record: BatchRecord, *, reserved: int = 0) -> None:
+        """Store a new batch; `reserved`: bytes its upload already holds in the team's storage,
+        which `input_bytes` replaces."""
         fields: dict[Any, Any] = {
             "batch_id": record.batch_id,
             "team_id": record.team_id,
@@ -131,14 +162,22 @@ class BatchStore:
         }
         if record.input_file_id is not None:
             fields["input_file_id"] = record.input_file_id
+        if record.completion_window is not None:
+            fields["completion_window"] = record.completion_window
+        if record.output_ttl_s is not None:
+            fields["output_ttl_s"] = record.output_ttl_s
         async with self._redis.pipeline(transaction=True) as pipe:
             pipe.hset(batch_key(record.batch_id), mapping=fields)
+            if record.input_bytes != reserved:
+                pipe.incrby(storage_key(record.team_id), record.input_bytes - reserved)
             pipe.zadd(f"sy:batches:{record.team_id}", {record.batch_id: record.created_at})
             if not record.status.ended:
                 pipe.zadd(ACTIVE_KEY, {record.batch_id: record.deadline})
             await pipe.execute()
 
     async def get(self, batch_id: str) -> BatchRecord | None:
+        if not STORED_ID.fullmatch(batch_id):  # a caller's string that names no batch, or another key
+            return None
         raw = await self._redis.hgetall(batch_key(batch_id))
         return _record(raw) if raw else None
 
@@ -180,6 +219,12 @@ class BatchStore:
     async def set_fields(self, batch_id: str, **fields: str | float | int) -> None:
         await self._redis.hset(batch_key(batch_id), mapping=dict[Any, Any](fields))
 
+    async def delete(self, record: BatchRecord) -> bool:
+        """Remove the record from Redis and its input from the team's storage; False when it
+        was already gone. Results, queue and blobs are `bulk.retention`'s to remove."""
+        keys = [batch_key(record.batch_id), f"sy:batches:{record.team_id}", ACTIVE_KEY, storage_key(record.team_id)]
+        return bool(await self._delete(keys=keys, args=[record.batch_id]))
+
 
 def _record(raw: dict[Any, Any]) -> BatchRecord:
     values = {_text(k): _text(v) for k, v in raw.items()}
@@ -215,6 +260,9 @@ def _record(raw: dict[Any, Any]) -> BatchRecord:
         output_file_id=values.get("output_file_id"),
         error_file_id=values.get("error_file_id"),
         metadata=json.loads(values.get("metadata", "{}")),
+        completion_window=values.get("completion_window"),
+        input_bytes=count("input_bytes"),
+        output_ttl_s=int(values["output_ttl_s"]) if "output_ttl_s" in values else None,
     )
 
 

@@ -7,6 +7,7 @@ bucket without touching ingestion or the dispatcher:
     BlobWriter.commit  ~ CompleteMultipartUpload (the whole object appears under its key at once)
     BlobWriter.abort   ~ AbortMultipartUpload
     read_range         ~ GetObject with `Range: bytes=start-(end-1)`
+    delete             ~ DeleteObject
     delete_prefix      ~ ListObjectsV2(prefix) + DeleteObjects
 
 Readers therefore never see half an upload: a key is absent until committed, then complete.
@@ -67,6 +68,10 @@ class BlobStore(Protocol):
         """The object's size in bytes; None when there is none."""
         ...
 
+    async def delete(self, key: str) -> bool:
+        """Remove one object; False when there was none (deleting twice is harmless)."""
+        ...
+
     async def delete_prefix(self, prefix: str) -> int:
         """Remove every object whose key starts with `prefix/`; returns how many."""
         ...
@@ -118,8 +123,14 @@ class LocalBlobStore:
             return None
         return status.st_size if stat.S_ISREG(status.st_mode) else None
 
+    async def delete(self, key: str) -> bool:
+        return await asyncio.to_thread(_delete_file, self._path(key), self.root)
+
     async def delete_prefix(self, prefix: str) -> int:
-        return await asyncio.to_thread(_delete_tree, self._path(prefix))
+        path = self._path(prefix)
+        count = await asyncio.to_thread(_delete_tree, path)
+        await asyncio.to_thread(_remove_empty_parents, path, self.root)
+        return count
 
     def _path(self, key: str) -> Path:
         parts = key.split("/")
@@ -214,6 +225,27 @@ def _read_range(path: Path, key: str, start: int, end: int) -> bytes:
     with _open_for_read(path, key) as file:
         file.seek(start)
         return file.read(end - start)
+
+
+def _delete_file(path: Path, root: Path) -> bool:
+    try:
+        path.unlink()
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+        return False
+    _remove_empty_parents(path, root)
+    return True
+
+
+def _remove_empty_parents(path: Path, root: Path) -> None:
+    """Remove the folders `path` leaves empty (`batches/{id}/segments`, `batches/{id}`), never a
+    top-level one (`files/`, `batches/`): an upload may be creating its temp file there."""
+    folder = path.parent
+    while folder.parent != root and root in folder.parents:
+        try:
+            folder.rmdir()
+        except OSError:  # not empty (or already gone)
+            return
+        folder = folder.parent
 
 
 def _delete_tree(folder: Path) -> int:

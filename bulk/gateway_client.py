@@ -99,7 +99,8 @@ def _verdict(reply: httpx.Response, request_id: str) -> Submission:
 
 
 def _error_of(reply: httpx.Response) -> dict[str, Any]:
-    """The gateway's `{"error": {type, message}}`, or what can be said of another body."""
+    """The gateway's `{"error": {message, type, param, code}}` (its `code`, the particular
+    failure, as the entry's code), or what can be said of another body."""
     try:
         body = reply.json()
     except ValueError:
@@ -107,7 +108,7 @@ def _error_of(reply: httpx.Response) -> dict[str, Any]:
     error = body.get("error") if isinstance(body, dict) else None
     payload: dict[str, Any] = error if isinstance(error, dict) else {}
     return {
-        "code": payload.get("type") or f"http_{reply.status_code}",
+        "code": payload.get("code") or payload.get("type") or f"http_{reply.status_code}",
         "message": payload.get("message") or reply.text[:500] or f"HTTP {reply.status_code}",
         "status_code": reply.status_code,
     }

@@ -8,6 +8,10 @@ OpenAI    POST /v1/files (purpose=batch) ──▶ blob files/{file_id}
 
 then      refused lines ──▶ blob batches/{id}/invalid.jsonl (the start of the errors file)
           chunk references ──▶ the batch's queue; the record ──▶ in_progress, active
+
+Every stored upload counts in its team's storage quota, reserved as it streams in
+(`bulk.storage_quota`), and expires (`bulk.retention`). A file a batch reads is registered as
+used by it first, so deleting or expiring the file keeps its bytes until the batch ends.
 """
 
 from __future__ import annotations
@@ -21,11 +25,14 @@ import redis.asyncio as aioredis
 
 from bulk.batch_lines import GENERATE_ENDPOINT, LineError, LineValidator
 from bulk.batch_store import BatchRecord, BatchStatus, BatchStore, new_batch_id
-from bulk.blob_store import BlobStore
+from bulk.blob_store import BlobNotFound, BlobStore
 from bulk.chunk_queue import ChunkQueue
-from bulk.file_store import FileRecord, FileStore, new_file_id, uploaded_file_key
+from bulk.file_store import FileRecord, FileStore
+from bulk.file_upload import StagedUpload
 from bulk.ingest import IngestLimits, IngestRefused, ingest
 from bulk.results import Outcome, ResultStore, input_key, invalid_key, output_record
+from bulk.retention import Retention, RetentionPolicy
+from bulk.storage_quota import Reservation, StorageQuota
 from config.settings import SwitchyardConfig
 from contracts.catalog import ModelCatalog
 from contracts.chat_template import ChatMessage, ChatTemplates
@@ -70,25 +77,28 @@ class BatchIntake:
         self.files = FileStore(client)
         self.results = ResultStore(client, blobs)
         self._queue = ChunkQueue(client, consumer="intake")
+        self.quota = StorageQuota(config, client)
+        self.retention = Retention(
+            client, blobs, self.files, self.batches, RetentionPolicy.from_spec(config.bulk), clock=clock
+        )
+
+    async def begin_file(self, team_id: str, content_length: int | None = None) -> StagedUpload:
+        """An upload to the Files API, kept only when committed. Reserves `content_length` (the
+        request's, an upper bound of the file's) first: StorageQuotaExceeded before any body."""
+        reservation = self.quota.reservation(team_id)
+        if content_length is not None:
+            await reservation.reserve(content_length)
+        return StagedUpload(self.files, self._blobs, reservation, max_bytes=self._max_bytes, clock=self._clock)
 
     async def store_file(self, team_id: str, purpose: str, filename: str, source: AsyncIterator[bytes]) -> FileRecord:
-        """Keep an upload as it is (OpenAI's Files API); it is validated when a batch uses it."""
-        file_id = new_file_id()
-        writer = self._blobs.open_writer(uploaded_file_key(file_id))
-        size = 0
-        try:
-            async for piece in source:
-                size += len(piece)
-                if size > self._max_bytes:
-                    raise IngestRefused(
-                        413, f"the file is larger than the {self._max_bytes // 2**20} MB limit: split it"
-                    )
-                await writer.write(piece)
-            await writer.commit()
-        except BaseException:
-            await writer.abort()
-            raise
-        return await self.files.create(team_id, purpose, filename, size, uploaded_file_key(file_id), file_id=file_id)
+        """Keep an upload as it is (OpenAI's Files API); its lines are validated when a batch uses it."""
+        async with await self.begin_file(team_id) as upload:
+            await upload.receive(source)
+            return await upload.commit(purpose, filename, self.retention.policy.file_ttl_s)
+
+    async def discard_file(self, record: FileRecord) -> None:
+        """A file stored for a request that was then refused: it goes, bytes and record."""
+        await self.retention.delete_file(record, self._clock())
 
     async def from_upload(
         self,
@@ -99,14 +109,20 @@ class BatchIntake:
         filename: str,
         deadline: float,
         metadata: dict[str, str] | None = None,
+        completion_window: str | None = None,
     ) -> BatchRecord:
         """A native batch: the file streams into the blob store as it is validated."""
         batch_id = new_batch_id()
-        return await self._create(
-            batch_id, team_id, model_id, "native", GENERATE_ENDPOINT, source,
-            store_as=input_key(batch_id), input_file_id=None, filename=filename, deadline=deadline,
-            metadata=metadata or {},
-        )  # fmt: skip
+        reservation = self.quota.reservation(team_id)
+        try:
+            return await self._create(
+                batch_id, team_id, model_id, "native", GENERATE_ENDPOINT, reservation.metered(source),
+                store_as=input_key(batch_id), input_file_id=None, filename=filename, deadline=deadline,
+                metadata=metadata or {}, completion_window=completion_window, reservation=reservation,
+            )  # fmt: skip
+        except BaseException:
+            await reservation.release()
+            raise
 
     async def from_file(
         self,
@@ -118,13 +134,26 @@ class BatchIntake:
         deadline: float,
         line_format: str = "openai",
         metadata: dict[str, str] | None = None,
+        completion_window: str | None = None,
+        output_ttl_s: int | None = None,
     ) -> BatchRecord:
-        """A batch over an uploaded file: validated from the blob store, read in place."""
-        return await self._create(
-            new_batch_id(), team_id, model_id, line_format, endpoint, self._blobs.read(file.blob_key),
-            store_as=None, input_file_id=file.file_id, filename=file.filename, deadline=deadline,
-            metadata=metadata or {}, stored_key=file.blob_key,
-        )  # fmt: skip
+        """A batch over an uploaded file: validated from the blob store, read in place. The batch
+        is registered as the file's user before the first read, so a delete or expiry that
+        comes meanwhile keeps the bytes."""
+        batch_id = new_batch_id()
+        await self.files.add_user(file.file_id, batch_id, deadline)
+        try:
+            if await self.files.get(file.file_id) is None:  # deleted before it was registered
+                raise IngestRefused(404, f"file {file.file_id!r} was deleted")
+            return await self._create(
+                batch_id, team_id, model_id, line_format, endpoint, self._blobs.read(file.blob_key),
+                store_as=None, input_file_id=file.file_id, filename=file.filename, deadline=deadline,
+                metadata=metadata or {}, stored_key=file.blob_key, completion_window=completion_window,
+                output_ttl_s=output_ttl_s,
+            )  # fmt: skip
+        except BaseException:
+            await self.files.remove_user(file.file_id, batch_id)
+            raise
 
     async def _create(
         self,
@@ -141,6 +170,9 @@ class BatchIntake:
         deadline: float,
         metadata: dict[str, str],
         stored_key: str | None = None,
+        completion_window: str | None = None,
+        reservation: Reservation | None = None,
+        output_ttl_s: int | None = None,
     ) -> BatchRecord:
         validator = make_validator(self._catalog, self._templates, model_id, line_format, endpoint)
         errors = self._blobs.open_writer(invalid_key(batch_id))
@@ -176,19 +208,27 @@ class BatchIntake:
             invalid=result.invalid,
             failed=result.invalid,
             metadata=metadata,
+            completion_window=completion_window,
+            input_bytes=result.bytes if reservation is not None else 0,
+            output_ttl_s=output_ttl_s,
         )
         await self._queue.add(batch_id, result.chunks)  # before the record: a dispatcher finds both
-        await self.batches.create(record)
+        await self.batches.create(record, reserved=reservation.reserved if reservation is not None else 0)
+        if reservation is not None:
+            reservation.reserved = 0  # the record holds the bytes now
         return record
 
     async def first_model(self, file: FileRecord) -> str:
         """The model an OpenAI batch file names (its first line's `body.model`; every line must
         name the same one, which validation checks)."""
         head = b""
-        async for piece in self._blobs.read(file.blob_key, chunk_bytes=64 * 1024):
-            head += piece
-            if b"\n" in head.lstrip() or len(head) > self._limits.max_bytes:
-                break
+        try:
+            async for piece in self._blobs.read(file.blob_key, chunk_bytes=64 * 1024):
+                head += piece
+                if b"\n" in head.lstrip() or len(head) > self._limits.max_bytes:
+                    break
+        except BlobNotFound:  # deleted since its record was read
+            raise IngestRefused(404, f"file {file.file_id!r} was deleted") from None
         first = next((line for line in head.split(b"\n") if line.strip()), b"")
         try:
             model = json.loads(first)["body"]["model"]

@@ -3,6 +3,7 @@
 It needs Redis (batches, queue, leases), the blob store, the models' tokenizers (to re-read
 entries as the gateway validated them), every pool's metrics (capacity) and a gateway with the
 admin key (entries run through the same routes, admission and metering as everyone's).
+Beside the dispatcher it runs the retention sweep (expired files and batches go).
 SIGTERM or Ctrl-C: it stops releasing, lets running entries end and writes their results; a
 chunk it still held goes to the next dispatcher after `bulk.reclaim_idle_s`.
 """
@@ -53,7 +54,7 @@ async def serve_dispatcher(config: SwitchyardConfig, gateway_url: str | None = N
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    client = aioredis.Redis.from_url(config.redis.url, socket_timeout=10)
+    client = aioredis.Redis.from_url(config.redis_url("dispatcher"), socket_timeout=10)
     timeout = httpx.Timeout(connect=5.0, read=None, write=30.0, pool=None)
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)
     async with (
@@ -88,11 +89,15 @@ async def serve_dispatcher(config: SwitchyardConfig, gateway_url: str | None = N
             metrics=metrics,
         )
         logger.info("dispatcher started", extra={"consumer": consumer, "gateway": url})
+        # Expired files and batches go (bulk/retention.py); one dispatcher sweeps at a time.
+        sweeping = asyncio.create_task(dispatcher.retention.run(stop), name="retention")
         try:
             await dispatcher.run(stop)
         finally:
             polling.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await polling
+            sweeping.cancel()
+            for task in (polling, sweeping):
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
             await client.aclose()
     logger.info("dispatcher stopped", extra={"consumer": consumer})

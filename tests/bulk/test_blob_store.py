@@ -120,3 +120,19 @@ async def test_delete_prefix_does_not_count_uploads_in_progress(tmp_path: Path) 
     await writer.write(b"x" * (WRITE_BUFFER_BYTES + 1))
     assert await store.delete_prefix("p") == 1
     assert _files(tmp_path) == []
+
+
+async def test_delete_removes_one_object_and_the_folders_it_empties_below_the_top(tmp_path: Path) -> None:
+    store = LocalBlobStore(tmp_path)
+    await store.put("batches/b1/input.jsonl", b"a")
+    await store.put("batches/b1/segments/s1.jsonl", b"b")
+    await store.put("files/file-a", b"c")
+    assert await store.delete("batches/b1/segments/s1.jsonl")
+    assert not await store.delete("batches/b1/segments/s1.jsonl")  # twice is harmless
+    assert await store.delete("batches/b1/input.jsonl")
+    assert await store.delete("files/file-a")
+    assert _files(tmp_path) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["batches", "files"]  # top-level folders stay
+    assert list((tmp_path / "batches").iterdir()) == []
+    with pytest.raises(BlobNotFound):
+        await store.read_range("files/file-a", 0, 1)

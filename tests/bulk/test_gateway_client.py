@@ -160,6 +160,18 @@ async def test_client_errors_fail_with_the_gateways_error(
     )
 
 
+async def test_a_failed_entry_carries_the_gateways_error_code(gateway: Gateway, submitter: GatewaySubmitter) -> None:
+    error = {
+        "message": "model 'gone' is not served",
+        "type": "not_found_error",
+        "param": "model",
+        "code": "model_not_found",
+    }
+    gateway.handler = lambda request: httpx.Response(404, json={"error": error})
+    submission = await submitter.submit("alpha", BATCH, GENERATE, attempt=0)
+    assert submission.error == {"code": "model_not_found", "message": error["message"], "status_code": 404}
+
+
 @pytest.mark.parametrize(
     ("status", "error_type", "message"),
     [(500, "internal_error", "the gateway failed; see its log"), (502, "backend_error", "engine failed")],
