@@ -1,5 +1,13 @@
-"""The one error contract: `{"error": {"type", "message", "param"}}` with a status that says
-whose fault it is, and a message that says what to change.
+"""The one error contract, OpenAI's: `{"error": {"message", "type", "param", "code"}}`, with a
+status that says whose fault it is and a message that says what to change.
+
+`type` is one of OpenAI's, chosen by the status (what the official SDKs and clients switch
+on); `code` names the particular failure (`invalid_api_key`, `model_not_found`,
+`context_length_exceeded`, `rate_limit_exceeded`, ...):
+
+    400 / 409 / 413 / 499  invalid_request_error     401  authentication_error
+    403                    permission_error          404  not_found_error
+    429                    rate_limit_error          5xx  server_error
 
 Bad input is always a 4xx (FastAPI's 422 becomes 400); a 500 means a bug in the gateway.
 These are the error types and messages; gateway/error_handlers.py turns them into responses.
@@ -8,14 +16,57 @@ These are the error types and messages; gateway/error_handlers.py turns them int
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, get_args
 
 from contracts.generation import BackendError, BackendUnavailable
-from contracts.schemas import FIELD_HINTS
+from contracts.schemas import FIELD_HINTS, ErrorType
+
+# OpenAI's error types; anything else a caller names is taken as the error's code.
+ERROR_TYPES: frozenset[str] = frozenset(get_args(ErrorType))
+_TYPE_BY_STATUS = {
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    429: "rate_limit_error",
+}
+# The code of an error raised with only a type: what the status says.
+_CODE_BY_STATUS = {
+    400: "invalid_request",
+    401: "invalid_api_key",
+    403: "permission_denied",
+    404: "not_found",
+    405: "method_not_allowed",
+    409: "conflict",
+    413: "request_too_large",
+    429: "rate_limit_exceeded",
+    499: "client_closed_request",
+    500: "internal_error",
+    502: "backend_error",
+    503: "service_unavailable",
+}
+
+
+def error_type_for(status_code: int) -> str:
+    """OpenAI's error type for a status."""
+    if status_code >= 500:
+        return "server_error"
+    return _TYPE_BY_STATUS.get(status_code, "invalid_request_error")
+
+
+def error_kind(status_code: int, name: str, code: str | None = None) -> tuple[str, str]:
+    """(type, code) of an error raised as `name` with `status_code`.
+
+    `name` may be one of OpenAI's types (the code then defaults to what the status says) or a
+    specific failure such as `model_not_found` (then it is the code, and the type follows the
+    status), so every error reads as OpenAI's whichever way it was raised."""
+    if name in ERROR_TYPES:
+        return name, code or _CODE_BY_STATUS.get(status_code, name)
+    return error_type_for(status_code), code or name
 
 
 class ApiError(Exception):
-    """An error the gateway answers with on purpose."""
+    """An error the gateway answers with on purpose: `error_type` and `code` as `error_kind`
+    settles them."""
 
     def __init__(
         self,
@@ -24,48 +75,65 @@ class ApiError(Exception):
         message: str,
         param: str | None = None,
         headers: Mapping[str, str] | None = None,
+        code: str | None = None,
     ) -> None:
         super().__init__(message)
         self.status_code = status_code
-        self.error_type = error_type
+        self.error_type, self.code = error_kind(status_code, error_type, code)
         self.message = message
         self.param = param
         self.headers = dict(headers or {})
 
+    def detail(self) -> dict[str, Any]:
+        """The body's `error` object."""
+        return error_detail(self.error_type, self.message, self.param, self.code)
 
-def invalid_request(message: str, param: str | None = None) -> ApiError:
-    return ApiError(400, "invalid_request_error", message, param)
+
+def error_detail(error_type: str, message: str, param: str | None, code: str) -> dict[str, Any]:
+    return {"message": message, "type": error_type, "param": param, "code": code}
+
+
+def invalid_request(message: str, param: str | None = None, code: str = "invalid_request") -> ApiError:
+    return ApiError(400, "invalid_request_error", message, param, code=code)
 
 
 def model_not_found(model_id: str, served: Sequence[str]) -> ApiError:
     return ApiError(
         404,
-        "model_not_found",
+        "not_found_error",
         f"model {model_id!r} is not served here; use one of: {', '.join(served)} (GET /v1/models)",
         "model",
+        code="model_not_found",
     )
 
 
 def request_not_found(request_id: str) -> ApiError:
-    return ApiError(404, "request_not_found", f"no request {request_id!r} is in flight", "request_id")
+    return ApiError(
+        404, "not_found_error", f"no request {request_id!r} is in flight", "request_id", code="request_not_found"
+    )
 
 
 def request_conflict(request_id: str, reason: str) -> ApiError:
     """409 for a request id that cannot name this request; `reason` says why and what to do."""
     return ApiError(
-        409, "conflict_error", f"request_id {request_id!r} {reason}", "request_id", {"X-Request-Id": request_id}
+        409,
+        "invalid_request_error",
+        f"request_id {request_id!r} {reason}",
+        "request_id",
+        {"X-Request-Id": request_id},
+        code="request_id_conflict",
     )
 
 
 def error_payload(exc: BaseException) -> dict[str, Any]:
     """The `{"error": ...}` body for a failure after the response has started (SSE)."""
+    if isinstance(exc, ApiError):
+        return {"error": exc.detail()}
     if isinstance(exc, BackendUnavailable):
-        detail = {"type": "backend_unavailable", "message": str(exc), "param": None}
-    elif isinstance(exc, BackendError):
-        detail = {"type": "backend_error", "message": str(exc), "param": None}
-    else:
-        detail = {"type": "internal_error", "message": "the gateway failed; see its log", "param": None}
-    return {"error": detail}
+        return {"error": error_detail("server_error", str(exc), None, "backend_unavailable")}
+    if isinstance(exc, BackendError):
+        return {"error": error_detail("server_error", str(exc), None, "backend_error")}
+    return {"error": error_detail("server_error", "the gateway failed; see its log", None, "internal_error")}
 
 
 def describe_validation_errors(errors: Sequence[Any]) -> tuple[str, str | None]:
@@ -79,6 +147,22 @@ def describe_validation_errors(errors: Sequence[Any]) -> tuple[str, str | None]:
         if field:
             params.append(field)
     return "; ".join(dict.fromkeys(messages)), (params[0] if params else None)
+
+
+# OpenAI's codes for what pydantic found; any other kind is an `invalid_value`.
+_CODE_BY_KIND = {
+    "json_invalid": "invalid_json",
+    "missing": "missing_required_parameter",
+    "extra_forbidden": "unknown_parameter",
+    "model_type": "invalid_type",
+    "dict_type": "invalid_type",
+}
+
+
+def validation_error_code(errors: Sequence[Any]) -> str:
+    """The code of a validation failure: that of its first error."""
+    kind = str(errors[0].get("type", "")) if errors else ""
+    return _CODE_BY_KIND.get(kind, "invalid_value")
 
 
 def _describe(error: Mapping[str, Any], field: str, top_field: str) -> str:

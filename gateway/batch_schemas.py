@@ -19,6 +19,15 @@ from bulk.file_store import FileRecord
 from bulk.release_policy import DeadlineRisk
 
 
+class OutputExpiresAfter(BaseModel):
+    """OpenAI's expiry of a batch's output and error files: `seconds` after they are written."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    anchor: Literal["created_at"]
+    seconds: Annotated[int, Field(ge=3600, le=2_592_000)]
+
+
 class CreateBatchBody(BaseModel):
     """POST /v1/batches with JSON: OpenAI's form, from an uploaded file."""
 
@@ -28,6 +37,7 @@ class CreateBatchBody(BaseModel):
     endpoint: Literal["/v1/completions", "/v1/chat/completions"]
     completion_window: str = "24h"  # OpenAI allows only "24h"; a shorter duration works here too
     metadata: dict[str, str] | None = None
+    output_expires_after: OutputExpiresAfter | None = None  # default: bulk.output_file_ttl_s
 
 
 class RequestCounts(BaseModel):
@@ -52,6 +62,7 @@ class BatchLinks(BaseModel):
 
 class BatchObject(BaseModel):
     id: str
+    batch_id: str  # the same as `id`: the native API's name for it (docs/batches.md)
     object: Literal["batch"] = "batch"
     endpoint: str
     model: str
@@ -99,12 +110,27 @@ class FileObject(BaseModel):
     filename: str
     purpose: str
     status: Literal["processed"] = "processed"
+    expires_at: int | None = None  # when the file is deleted (bulk/retention.py); None: kept
+
+
+class FileStorage(BaseModel):
+    """What the team stores (uploads, native batch inputs, output files) and may store."""
+
+    used_bytes: int
+    limit_bytes: int
 
 
 class FileList(BaseModel):
     object: Literal["list"] = "list"
     data: list[FileObject]
     has_more: bool = False
+    storage: FileStorage | None = None
+
+
+class FileDeleted(BaseModel):
+    id: str
+    object: Literal["file"] = "file"
+    deleted: bool = True
 
 
 def file_object(record: FileRecord) -> FileObject:
@@ -114,6 +140,7 @@ def file_object(record: FileRecord) -> FileObject:
         created_at=int(record.created_at),
         filename=record.filename,
         purpose=record.purpose,
+        expires_at=None if record.expires_at is None else int(record.expires_at),
     )
 
 
@@ -124,10 +151,15 @@ def batch_object(record: BatchRecord, now: float | None = None) -> BatchObject:
     links = f"/v1/batches/{record.batch_id}"
     return BatchObject(
         id=record.batch_id,
+        batch_id=record.batch_id,
         endpoint=record.endpoint,
         model=record.model_id,
         input_file_id=record.input_file_id,
-        completion_window=_window(record.deadline - record.created_at),
+        completion_window=(
+            record.completion_window
+            if record.completion_window is not None
+            else window_text(record.deadline - record.created_at)
+        ),
         status=status.value,
         output_file_id=record.output_file_id,
         error_file_id=record.error_file_id,
@@ -169,7 +201,8 @@ def _eta_s(record: BatchRecord, now: float) -> float | None:
     return None if eta is None else round(eta, 1)
 
 
-def _window(seconds: float) -> str:
+def window_text(seconds: float) -> str:
+    """A window in hours when it is whole hours ("24h"), else in seconds ("5400s")."""
     hours = seconds / 3600
     return f"{round(hours)}h" if abs(hours - round(hours)) < 1e-6 and hours >= 1 else f"{round(seconds)}s"
 

@@ -1,4 +1,8 @@
-"""Every failure as the one JSON error shape (contracts/errors.py), with its status counted."""
+"""Every failure as the one JSON error shape (contracts/errors.py), with its status counted.
+
+{"error": {"message": "...", "type": "invalid_request_error", "param": "max_tokens",
+           "code": "invalid_value"}}
+"""
 
 from __future__ import annotations
 
@@ -10,7 +14,14 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from contracts.errors import ApiError, describe_validation_errors
+from contracts.errors import (
+    ApiError,
+    describe_validation_errors,
+    error_detail,
+    error_kind,
+    error_type_for,
+    validation_error_code,
+)
 from contracts.generation import BackendError, BackendUnavailable
 
 logger = logging.getLogger(__name__)
@@ -22,8 +33,12 @@ def error_response(
     message: str,
     param: str | None = None,
     headers: Mapping[str, str] | None = None,
+    code: str | None = None,
 ) -> JSONResponse:
-    body = {"error": {"type": error_type, "message": message, "param": param}}
+    """The error body for `status_code`; `error_type` is settled into OpenAI's type and a code
+    as `ApiError` settles it (contracts/errors.error_kind)."""
+    kind, settled_code = error_kind(status_code, error_type, code)
+    body = {"error": error_detail(kind, message, param, settled_code)}
     return JSONResponse(body, status_code=status_code, headers=dict(headers or {}))
 
 
@@ -38,36 +53,38 @@ def install_error_handlers(app: FastAPI) -> None:
     async def on_api_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, ApiError)
         count(request, exc.status_code, exc.error_type)
-        return error_response(exc.status_code, exc.error_type, exc.message, exc.param, exc.headers)
+        return JSONResponse({"error": exc.detail()}, status_code=exc.status_code, headers=exc.headers)
 
     async def on_validation_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RequestValidationError)
-        message, param = describe_validation_errors(exc.errors())
+        errors = exc.errors()
+        message, param = describe_validation_errors(errors)
+        code = validation_error_code(errors)
         content_type = request.headers.get("content-type", "")
         if param is None and "json" not in content_type:
             message = f"send the body as JSON with 'Content-Type: application/json' (got {content_type!r})"
+            code = "invalid_content_type"
         count(request, 400, "invalid_request_error")
-        return error_response(400, "invalid_request_error", message, param)
+        return error_response(400, "invalid_request_error", message, param, code=code)
 
     async def on_http_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, StarletteHTTPException)
-        error_type = "not_found" if exc.status_code == 404 else "http_error"
+        error_type = error_type_for(exc.status_code)
         count(request, exc.status_code, error_type)
         return error_response(exc.status_code, error_type, str(exc.detail), None, exc.headers)
 
     async def on_backend_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, BackendError)
+        count(request, 503 if isinstance(exc, BackendUnavailable) else 502, "server_error")
         if isinstance(exc, BackendUnavailable):
-            count(request, 503, "backend_unavailable")
             headers = {"Retry-After": str(exc.retry_after_s)}
-            return error_response(503, "backend_unavailable", f"{exc}; retry later", None, headers)
-        count(request, 502, "backend_error")
-        return error_response(502, "backend_error", str(exc))
+            return error_response(503, "server_error", f"{exc}; retry later", None, headers, "backend_unavailable")
+        return error_response(502, "server_error", str(exc), code="backend_error")
 
     async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
         logger.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
-        count(request, 500, "internal_error")
-        return error_response(500, "internal_error", "the gateway failed; see its log")
+        count(request, 500, "server_error")
+        return error_response(500, "server_error", "the gateway failed; see its log", code="internal_error")
 
     app.add_exception_handler(ApiError, on_api_error)
     app.add_exception_handler(RequestValidationError, on_validation_error)

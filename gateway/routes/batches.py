@@ -27,11 +27,19 @@ from bulk.ingest import IngestRefused
 from bulk.intake import BatchIntake
 from bulk.multipart_upload import MultipartError, MultipartReader
 from bulk.results import Outcome, errors_key, results_key
+from bulk.storage_quota import StorageQuotaExceeded
 from contracts.errors import ApiError, describe_validation_errors, invalid_request, model_not_found
 from contracts.schemas import error_responses
 from gateway.auth import Principal, PrincipalDep, require_model_access
-from gateway.batch_schemas import BatchList, BatchObject, CreateBatchBody, batch_object
+from gateway.batch_schemas import (
+    BatchList,
+    BatchObject,
+    CreateBatchBody,
+    batch_object,
+    window_text,
+)
 from gateway.deps import CatalogDep, IntakeDep
+from gateway.upload_bodies import CREATE_BATCH_BODY
 
 router = APIRouter(prefix="/v1/batches", tags=["batches"])
 
@@ -49,10 +57,17 @@ def batch_not_found(batch_id: str) -> ApiError:
 
 
 def refused(exc: IngestRefused | MultipartError) -> ApiError:
+    if isinstance(exc, StorageQuotaExceeded):
+        return ApiError(413, "storage_quota_exceeded", exc.message, "file")
     if isinstance(exc, IngestRefused):
         status_type = "request_too_large" if exc.status == 413 else "invalid_request_error"
         return ApiError(exc.status, status_type, exc.message, "file")
     return invalid_request(str(exc), "file")
+
+
+def _window(value: str | None, intake: BatchIntake) -> str:
+    """The batch's `completion_window` as the client sent it (the longest allowed if none)."""
+    return value if value is not None and value.strip() else window_text(intake.max_deadline_s)
 
 
 def _deadline(value: str | None, intake: BatchIntake) -> float:
@@ -62,7 +77,13 @@ def _deadline(value: str | None, intake: BatchIntake) -> float:
         raise invalid_request(str(exc), "deadline") from None
 
 
-@router.post("", response_model=BatchObject, status_code=202, responses=error_responses(400, 403, 404, 413))
+@router.post(
+    "",
+    response_model=BatchObject,
+    status_code=202,
+    responses=error_responses(400, 403, 404, 413),
+    openapi_extra=CREATE_BATCH_BODY,
+)
 async def create_batch(
     request: Request, intake: IntakeDep, catalog: CatalogDep, principal: PrincipalDep
 ) -> BatchObject:
@@ -90,18 +111,26 @@ async def _from_upload(
         model_id = _model(fields["model"], catalog, principal)
         deadline = _deadline(fields.get("deadline"), intake)
         record = await intake.from_upload(
-            team_id, model_id, reader.file_chunks(), filename=reader.filename or "upload.jsonl", deadline=deadline
-        )
+            team_id, model_id, reader.file_chunks(), filename=reader.filename or "upload.jsonl", deadline=deadline,
+            completion_window=_window(fields.get("deadline"), intake),
+        )  # fmt: skip
         await reader.finish()
         return record
     # The fields came after the file: keep the file first, then validate it where it lies.
     stored = await intake.store_file(team_id, "batch", reader.filename or "upload.jsonl", reader.file_chunks())
-    form = await reader.finish()
-    if "model" not in form.fields:
-        raise invalid_request("the form needs a 'model' field (send it before the file)", "model")
-    model_id = _model(form.fields["model"], catalog, principal)
-    deadline = _deadline(form.fields.get("deadline"), intake)
-    return await intake.from_file(team_id, model_id, stored, "/v1/generate", deadline=deadline, line_format="native")
+    try:
+        form = await reader.finish()
+        if "model" not in form.fields:
+            raise invalid_request("the form needs a 'model' field (send it before the file)", "model")
+        model_id = _model(form.fields["model"], catalog, principal)
+        deadline = _deadline(form.fields.get("deadline"), intake)
+        return await intake.from_file(
+            team_id, model_id, stored, "/v1/generate", deadline=deadline, line_format="native",
+            completion_window=_window(form.fields.get("deadline"), intake),
+        )  # fmt: skip
+    except BaseException:  # a refused batch leaves nothing behind: not its file either
+        await intake.discard_file(stored)
+        raise
 
 
 async def _from_json(
@@ -118,7 +147,11 @@ async def _from_json(
         raise invalid_request(f"file {file.file_id!r} has purpose {file.purpose!r}; upload with purpose=batch")
     model_id = _model(await intake.first_model(file), catalog, principal)
     deadline = _deadline(body.completion_window, intake)
-    return await intake.from_file(team_id, model_id, file, body.endpoint, deadline=deadline, metadata=body.metadata)
+    return await intake.from_file(
+        team_id, model_id, file, body.endpoint, deadline=deadline, metadata=body.metadata,
+        completion_window=body.completion_window,
+        output_ttl_s=None if body.output_expires_after is None else body.output_expires_after.seconds,
+    )  # fmt: skip
 
 
 def _model(model_id: str, catalog: CatalogDep, principal: Principal) -> str:
@@ -128,14 +161,19 @@ def _model(model_id: str, catalog: CatalogDep, principal: Principal) -> str:
     return model_id
 
 
-@router.get("", response_model=BatchList)
+@router.get("", response_model=BatchList, responses=error_responses(400))
 async def list_batches(
     intake: IntakeDep,
     principal: PrincipalDep,
     limit: Annotated[int, Query(ge=1, le=100)] = 20,
     after: str | None = None,
 ) -> BatchList:
-    records = await intake.batches.list_for_team(team_of(principal), limit + 1, after)
+    team_id = team_of(principal)
+    if after is not None and await intake.batches.get_for_team(team_id, after) is None:
+        # Not a silent restart from the first page: a client paging on would see batches twice.
+        message = f"after={after!r} names none of your batches; pass the last_id of the previous page"
+        raise invalid_request(message, "after", "invalid_cursor")
+    records = await intake.batches.list_for_team(team_id, limit + 1, after)
     data = [batch_object(record) for record in records[:limit]]
     return BatchList(
         data=data,

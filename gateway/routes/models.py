@@ -1,4 +1,4 @@
-"""GET /v1/models: the configured models, in the OpenAI list shape."""
+"""GET /v1/models: the configured models, in the OpenAI list shape (`created`: when each was built)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ router = APIRouter(prefix="/v1/models", tags=["models"])
 
 
 def _card(model: ServedModel) -> ModelCard:
-    return ModelCard(id=model.model_id, max_context_tokens=model.max_context_tokens)
+    return ModelCard(id=model.model_id, created=model.created, max_context_tokens=model.max_context_tokens)
 
 
 @router.get("", response_model=ModelList)

@@ -108,6 +108,7 @@ async def test_model_the_team_may_not_use_is_403(http: httpx.AsyncClient, store:
         "message": "team 'beta' may not use model 'large'; its models: small "
         "(an operator lists them under teams.<team>.models in switchyard.yaml)",
         "param": "model",
+        "code": "permission_denied",
     }
     alpha = await store.create("alpha")
     assert (await http.post("/v1/use/large", headers=bearer(alpha))).json() == {"billed": "alpha"}

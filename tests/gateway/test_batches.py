@@ -18,6 +18,7 @@ from bulk.blob_store import LocalBlobStore
 from bulk.dispatcher import Dispatcher
 from bulk.gateway_client import GatewaySubmitter, Submission, Verdict
 from bulk.pool_loads import LivePoolLoads
+from contracts.generation import GenerationDelta, GenerationRequest, RequestRejected
 from quota.capacity import StaticCapacity
 from quota.lease_size import bulk_lease_tokens
 
@@ -346,3 +347,52 @@ async def test_the_dispatcher_counts_what_bulk_leases(
     lease = bulk_lease_tokens(held[0].cost_tokens, fraction)
     usable = int(1000 * (1 - config.bulk.interactive_reserve_fraction))
     assert len(held) == usable // lease < config.bulk.max_inflight_per_pool
+
+
+async def test_an_entry_a_server_refuses_fails_once_with_the_reason_and_the_rest_run(
+    client: httpx.AsyncClient, dispatcher: Dispatcher, backend: FakeBackend
+) -> None:
+    """A refusal of the input is a 400 to the dispatcher: failed with the reason, never retried
+    (it used to be a 503: retried without end, pausing the pool's bulk)."""
+    real_generate = backend.generate
+
+    def refusing(request: GenerationRequest) -> AsyncIterator[GenerationDelta]:
+        if request.prompt == "refused":
+            backend.requests.append(request)
+            return _raises(RequestRejected("cpu_engine: top_p must be in (0, 1], got 0.0"))
+        deltas: AsyncIterator[GenerationDelta] = real_generate(request)
+        return deltas
+
+    backend.generate = refusing  # type: ignore[method-assign]
+    body = jsonl({"prompt": "refused", "max_tokens": 3, "custom_id": "bad"}, {"prompt": "the fox", "max_tokens": 3})
+    batch = (await submit(client, body)).json()
+
+    async def ended() -> bool:
+        return (await client.get(f"/v1/batches/{batch['id']}")).json()["status"] == "completed"
+
+    await run_until(dispatcher, ended)
+    final = (await client.get(f"/v1/batches/{batch['id']}")).json()
+    assert final["counts"] == {"total": 2, "done": 1, "failed": 1, "expired": 0, "pending": 0}
+    assert [r.prompt for r in backend.requests].count("refused") == 1  # not retried
+    (error,) = [json.loads(line) for line in (await client.get(f"/v1/batches/{batch['id']}/errors")).text.splitlines()]
+    assert error["custom_id"] == "bad"
+    assert "top_p must be in (0, 1]" in error["error"]["message"]
+
+
+async def _raises(exc: Exception) -> AsyncIterator[GenerationDelta]:
+    raise exc
+    yield GenerationDelta()  # pragma: no cover - makes this a generator
+
+
+async def test_ids_that_name_other_keys_are_404_not_500(client: httpx.AsyncClient) -> None:
+    batch = (await submit(client, jsonl({"prompt": "the fox", "max_tokens": 2}))).json()
+    for suffix in (":chunks", ":marks", ":segments", ":finalizer"):
+        assert (await client.get(f"/v1/batches/{batch['id']}{suffix}")).status_code == 404, suffix
+    assert (await client.get("/v1/files/file-x:users")).status_code == 404
+    assert (await client.get("/v1/batches/%ED%A0%80")).status_code == 404  # not UTF-8
+
+
+async def test_an_enormous_deadline_is_a_400(client: httpx.AsyncClient) -> None:
+    reply = await submit(client, jsonl({"prompt": "x", "max_tokens": 1}), deadline="9" * 400 + "s")
+    assert reply.status_code == 400, reply.text
+    assert reply.json()["error"]["param"] == "deadline"

@@ -88,9 +88,10 @@ async def test_delete_unknown_is_404(client: httpx.AsyncClient) -> None:
     assert response.status_code == 404
     assert response.json() == {
         "error": {
-            "type": "request_not_found",
+            "type": "not_found_error",
             "message": "no request 'nope' is in flight",
             "param": "request_id",
+            "code": "request_not_found",
         }
     }
 

@@ -97,7 +97,7 @@ async def test_bulk_is_503_when_the_pool_is_full_while_an_owner_takes_borrowed_r
 
     full = await client.post("/v1/generate", json=lease_body(50, "bulk"))  # within share; 40 free
     assert full.status_code == 503
-    assert full.json()["error"]["type"] == "service_unavailable"
+    assert (full.json()["error"]["type"], full.json()["error"]["code"]) == ("server_error", "service_unavailable")
     assert "no free KV capacity" in full.json()["error"]["message"]
     assert int(full.headers["retry-after"]) >= 1
     assert len(backend.requests) == 1  # nothing sent to a pool with no room

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import os
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -49,23 +52,50 @@ async def test_readyz_with_no_pools_is_not_ready(client: httpx.AsyncClient, back
     assert (await client.get("/readyz")).status_code == 503
 
 
-async def test_models_list(client: httpx.AsyncClient) -> None:
+async def test_models_list(client: httpx.AsyncClient, config_path: Path) -> None:
+    built = {m: int((config_path.parent / "models" / m / "tokenizer.json").stat().st_mtime) for m in ("small", "large")}
     response = await client.get("/v1/models")
     assert response.status_code == 200
     assert response.json() == {
         "object": "list",
         "data": [
-            {"id": "small", "object": "model", "owned_by": "switchyard", "max_context_tokens": 64},
-            {"id": "large", "object": "model", "owned_by": "switchyard", "max_context_tokens": 36864},
+            {
+                "id": "small",
+                "object": "model",
+                "created": built["small"],
+                "owned_by": "switchyard",
+                "max_context_tokens": 64,
+            },
+            {
+                "id": "large",
+                "object": "model",
+                "created": built["large"],
+                "owned_by": "switchyard",
+                "max_context_tokens": 36864,
+            },
         ],
     }
+
+
+async def test_model_created_is_its_build_time_not_the_time_of_the_call(
+    make_app: Callable[[Any], FastAPI], backend: Any, config_path: Path, team_key: str
+) -> None:
+    built = 1_700_000_000  # as if `switchyard build` wrote the large model's files then
+    os.utime(config_path.parent / "models" / "large" / "tokenizer.json", (built, built))
+    app = make_app(backend)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        headers = {"Authorization": f"Bearer {team_key}"}
+        async with httpx.AsyncClient(transport=transport, base_url="http://gateway", headers=headers) as http:
+            assert (await http.get("/v1/models/large")).json()["created"] == built
+            assert (await http.get("/v1/models")).json()["data"][1]["created"] == built
 
 
 async def test_one_model(client: httpx.AsyncClient) -> None:
     assert (await client.get("/v1/models/large")).json()["max_context_tokens"] == 36864
     missing = await client.get("/v1/models/huge")
     assert missing.status_code == 404
-    assert missing.json()["error"]["type"] == "model_not_found"
+    assert (missing.json()["error"]["type"], missing.json()["error"]["code"]) == ("not_found_error", "model_not_found")
 
 
 def sample(text: str, name: str, **labels: str) -> float:

@@ -141,7 +141,14 @@ async def test_an_engine_abort_is_an_error_not_a_finish_reason(
     assert events[0][1]["choices"][0]["text"] == "Hi"
     assert events[-1] == (
         "error",
-        {"error": {"type": "backend_error", "message": whole.json()["error"]["message"], "param": None}},
+        {
+            "error": {
+                "type": "server_error",
+                "message": whole.json()["error"]["message"],
+                "param": None,
+                "code": "backend_error",
+            }
+        },
     )
 
 
@@ -151,7 +158,12 @@ async def test_a_failure_before_any_text_is_an_honest_status(client: httpx.Async
     for stream in (False, True):
         response = await client.post("/v1/completions", json={**BODY, "stream": stream})
         assert response.status_code == 502
-        assert response.json()["error"] == {"type": "backend_error", "message": "engine failed", "param": None}
+        assert response.json()["error"] == {
+            "type": "server_error",
+            "message": "engine failed",
+            "param": None,
+            "code": "backend_error",
+        }
 
 
 @pytest.mark.parametrize(
@@ -201,7 +213,7 @@ async def test_unknown_model_is_a_404_and_a_busy_id_attaches_or_conflicts(
 ) -> None:
     response = await client.post("/v1/completions", json={**BODY, "model": "nope"})
     assert response.status_code == 404
-    assert response.json()["error"]["type"] == "model_not_found"
+    assert response.json()["error"]["code"] == "model_not_found"
     backend.hold_after = 1
     first = asyncio.create_task(client.post("/v1/completions", json=BODY, headers={"X-Request-Id": "dup"}))
     await until(lambda: (e := registry.get("alpha/dup")) is not None and bool(e.deltas))

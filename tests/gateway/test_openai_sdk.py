@@ -171,3 +171,34 @@ async def test_key_team_and_id_errors_raise_the_sdks_types(
             model="small", prompt="the fox", max_tokens=4, extra_headers={"X-Request-Id": "one"}
         )
     assert len(backend.requests) == 1
+
+
+async def test_errors_carry_openais_codes(sdk: openai.AsyncOpenAI) -> None:
+    with pytest.raises(openai.AuthenticationError) as unknown:
+        await sdk.with_options(api_key="sy-not-a-key").models.list()
+    assert (unknown.value.type, unknown.value.code) == ("authentication_error", "invalid_api_key")
+    with pytest.raises(openai.NotFoundError) as missing:
+        await sdk.completions.create(model="nope", prompt="hi", max_tokens=3)
+    assert (missing.value.type, missing.value.code) == ("not_found_error", "model_not_found")
+    with pytest.raises(openai.BadRequestError) as too_long:
+        await sdk.completions.create(model="small", prompt="the fox", max_tokens=10_000)
+    assert (too_long.value.type, too_long.value.code) == ("invalid_request_error", "context_length_exceeded")
+
+
+async def test_models_carry_when_they_were_built(sdk: openai.AsyncOpenAI, config_path: Path) -> None:
+    built = int((config_path.parent / "models" / "small" / "tokenizer.json").stat().st_mtime)
+    assert [(model.id, model.created) async for model in sdk.models.list()][:1] == [("small", built)]
+    assert (await sdk.models.retrieve("small")).created == built
+
+
+async def test_batches_echo_their_window_and_refuse_an_unknown_cursor(sdk: openai.AsyncOpenAI) -> None:
+    body = {"model": "small", "prompt": "hi", "max_tokens": 3}
+    line = {"custom_id": "a", "method": "POST", "url": "/v1/completions", "body": body}
+    uploaded = await sdk.files.create(file=("in.jsonl", json.dumps(line).encode() + b"\n"), purpose="batch")
+    batch = await sdk.batches.create(input_file_id=uploaded.id, endpoint="/v1/completions", completion_window="24h")
+    assert batch.completion_window == "24h"
+    assert (await sdk.batches.retrieve(batch.id)).completion_window == "24h"
+    assert [listed.id async for listed in sdk.batches.list()] == [batch.id]
+    with pytest.raises(openai.BadRequestError) as unknown:
+        await sdk.batches.list(after="batch_unknown")
+    assert (unknown.value.param, unknown.value.code) == ("after", "invalid_cursor")

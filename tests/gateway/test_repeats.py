@@ -74,7 +74,7 @@ async def test_the_same_id_with_another_body_is_409(client: httpx.AsyncClient, b
     for change in ({"prompt": "another prompt"}, {"max_tokens": 8}, {"temperature": 0.5}, {"model": "large"}):
         reply = await client.post("/v1/generate", json={**BODY, **change, "request_id": "r"})
         assert reply.status_code == 409, change
-        assert reply.json()["error"]["type"] == "conflict_error"
+        assert reply.json()["error"]["code"] == "request_id_conflict"
         assert reply.json()["error"]["param"] == "request_id"
         assert reply.headers["X-Request-Id"] == "r"
     # Another route's body is another body too.
