@@ -14,6 +14,7 @@ import shutil
 import sys
 
 from bench import (
+    bench_edge,
     bench_prefill,
     bench_s1_short_behind_long,
     bench_s2_document_full_server,
@@ -30,7 +31,12 @@ from bench import (
 from bench.live import bench_config, engine_config_of, start_stack, with_copies
 from config.settings import EngineSpec, SwitchyardConfig, load_config
 
-OFFLINE = {"schedule": bench_schedule.main, "prefill": bench_prefill.main, "scale": bench_scale.main}
+OFFLINE = {
+    "schedule": bench_schedule.main,
+    "prefill": bench_prefill.main,
+    "scale": bench_scale.main,
+    "edge": bench_edge.main,  # its own gateway process and Redis, no Triton
+}
 LIVE = ("s1", "s2", "s3", "overhead", "s9", "s5", "s4", "s78", "sim-trust")
 
 

@@ -25,6 +25,7 @@ from contracts.chat_template import ChatTemplates
 from contracts.generation import GenerationBackend
 from gateway.auth import install_auth
 from gateway.deps import Services
+from gateway.edge_guard import EdgeGuard, install_edge
 from gateway.error_handlers import install_error_handlers
 from gateway.generation import GenerationService
 from gateway.idempotency import IdempotencyStore
@@ -82,12 +83,14 @@ def create_app(
     backend_factory: BackendFactory | None = None,
     config: SwitchyardConfig | None = None,
     capacity: CapacitySource | None = None,
+    catalog: ModelCatalog | None = None,
 ) -> FastAPI:
     """Build the gateway app.
 
     `settings` default to the environment (`SWITCHYARD_*`); `backend_factory` to Triton;
     `config`, when given, is used instead of loading `settings.config` (the CLI has loaded it);
-    `capacity` to polling each pool's server metrics (tests pass a fixed one).
+    `capacity` to polling each pool's server metrics (tests pass a fixed one); `catalog` to
+    the config's models (the edge benchmark passes one that tokenizes on the event loop).
     """
     settings = settings if settings is not None else GatewaySettings()
     make_backend = backend_factory if backend_factory is not None else triton_backend_factory
@@ -95,14 +98,16 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         loaded = config if config is not None else load_config(settings.config)
-        catalog = ModelCatalog.load(loaded)
+        models = catalog if catalog is not None else ModelCatalog.load(loaded)
         backend = make_backend(loaded, settings, app.state.metrics)
         registry = RequestRegistry(backend, app.state.metrics, cancel_grace_s=settings.cancel_grace_s)
         # Short timeouts and no retries: a Redis outage is a quick 503, not a hung request.
         redis_client = aioredis.Redis.from_url(
-            loaded.redis.url, socket_timeout=2.0, socket_connect_timeout=2.0, retry_on_timeout=False
+            loaded.redis_url("gateway"), socket_timeout=2.0, socket_connect_timeout=2.0, retry_on_timeout=False
         )
-        install_auth(app, KeyStore(redis_client, loaded.teams, load_admin_key_hash(loaded.var_path)))
+        key_store = KeyStore(redis_client, loaded.teams, load_admin_key_hash(loaded.var_path))
+        install_auth(app, key_store)
+        install_edge(app, loaded, settings, key_store)  # key, size and caps before any body is read
         metering = install_metering(app, UsageMeter(redis_client))
         async with contextlib.AsyncExitStack() as stack:
             source = (
@@ -112,7 +117,7 @@ def create_app(
             admission = Admission(loaded, redis_client, source)
             generation = GenerationService(
                 loaded,
-                catalog,
+                models,
                 registry,
                 idempotency=IdempotencyStore(redis_client, ttl_s=loaded.gateway.idempotency_ttl_s),
                 admission=admission,
@@ -124,9 +129,9 @@ def create_app(
             stack.push_async_callback(bus.close)
             templates = ChatTemplates(loaded)
             app.state.chat_templates = templates  # the chat route's, shared with batch validation
-            intake = BatchIntake(loaded, redis_client, LocalBlobStore(loaded.blob_path), catalog, templates)
+            intake = BatchIntake(loaded, redis_client, LocalBlobStore(loaded.blob_path), models, templates)
             servers = ServerRegistry(redis_client, loaded.fleet.dead_after_s)
-            app.state.services = Services(loaded, catalog, backend, registry, generation, admission, intake, servers)
+            app.state.services = Services(loaded, models, backend, registry, generation, admission, intake, servers)
             try:
                 yield
             finally:
@@ -134,10 +139,13 @@ def create_app(
                 await registry.close()
                 await backend.close()
                 await redis_client.aclose()
+                if catalog is None:
+                    models.close()
 
     app = FastAPI(title="Switchyard gateway", version="0.1.0", lifespan=lifespan)
     app.state.settings = settings
     app.state.metrics = GatewayMetrics(multiprocess_dir=settings.prometheus_multiproc_dir)
     install_error_handlers(app)
+    app.add_middleware(EdgeGuard)
     app.include_router(api_router)
     return app

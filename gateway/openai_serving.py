@@ -46,7 +46,12 @@ _FINISH_REASONS: dict[str, FinishReason] = {"stop": "stop", "length": "length", 
 _REQUEST_ID = TypeAdapter(RequestId)
 
 
-def request_class_header(x_switchyard_class: Annotated[str | None, Header()] = None) -> RequestClass | None:
+# What the document says the headers take (checked by hand below, for messages in our words).
+_CLASS_HEADER_DOC = Header(json_schema_extra={"enum": ["interactive", "bulk"]})
+_REQUEST_ID_HEADER_DOC = Header(json_schema_extra={"pattern": "^[A-Za-z0-9._:-]{1,128}$"})
+
+
+def request_class_header(x_switchyard_class: Annotated[str | None, _CLASS_HEADER_DOC] = None) -> RequestClass | None:
     """The header's class; None without one (the team's `default_class` then applies)."""
     if x_switchyard_class is None:
         return None
@@ -59,7 +64,7 @@ def request_class_header(x_switchyard_class: Annotated[str | None, Header()] = N
     )
 
 
-def request_id_header(x_request_id: Annotated[str | None, Header()] = None) -> str | None:
+def request_id_header(x_request_id: Annotated[str | None, _REQUEST_ID_HEADER_DOC] = None) -> str | None:
     if x_request_id is None:
         return None
     try:
@@ -94,7 +99,9 @@ class OpenAIRoute(APIRoute):
                 names = ", ".join(repr(name) for name in unknown)
                 what = f"field {names}: remove it" if len(unknown) == 1 else f"fields {names}: remove them"
                 raise invalid_request(
-                    f"unrecognized {what} (docs/openai.md lists the fields this gateway takes)", unknown[0]
+                    f"unrecognized {what} (docs/openai.md lists the fields this gateway takes)",
+                    unknown[0],
+                    "unknown_parameter",
                 ) from None
 
         return handle

@@ -8,19 +8,20 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from contracts.errors import request_not_found
-from contracts.schemas import CancelResponse, ErrorBody, GenerateBody, GenerateResponse, UsageBody
+from contracts.schemas import CancelResponse, ErrorBody, GenerateBody, GenerateResponse, UsageBody, error_responses
 from gateway.auth import PrincipalDep
 from gateway.deps import GenerationDep, RegistryDep, SettingsDep
 from gateway.error_handlers import error_response
 from gateway.generation import GenerationInput
 from gateway.idempotency import fingerprint
+from gateway.key_slots import claim_stream
 from gateway.readers import wait_unless_disconnected
 from gateway.requests_registry import InflightRequest
 from gateway.sse import stream_events
 
 router = APIRouter(prefix="/v1/generate", tags=["generate"])
 
-_ERRORS: dict[int | str, dict[str, object]] = {code: {"model": ErrorBody} for code in (400, 404, 409, 502, 503)}
+_ERRORS = error_responses(400, 404, 409, 413, 429, 502, 503)
 
 
 @router.post(
@@ -39,6 +40,8 @@ async def generate(
     """Generate a completion: SSE deltas then a final event with usage (`stream: true`), or
     one JSON body with the whole reply. A repeated `request_id` with the same body returns
     the same generation (attached while it runs, stored after); with another body, 409."""
+    if body.stream:
+        claim_stream(request)  # the key's streams at their cap: 429 before anything starts
     entry = await generation.start(
         principal,
         GenerationInput(

@@ -24,9 +24,10 @@ from contracts.openai_schemas import (
     FinishReason,
 )
 from contracts.prompt_context import count_prompt_tokens
-from contracts.schemas import ErrorBody
+from contracts.schemas import error_responses
 from gateway.auth import PrincipalDep
 from gateway.deps import GenerationDep, RegistryDep, SettingsDep, get_services
+from gateway.key_slots import claim_stream
 from gateway.openai_serving import (
     OpenAIRoute,
     RequestClassHeader,
@@ -41,7 +42,7 @@ DEFAULT_CHAT_MAX_TOKENS = 2048
 
 router = APIRouter(prefix="/v1/chat/completions", tags=["openai"], route_class=OpenAIRoute)
 
-_ERRORS: dict[int | str, dict[str, object]] = {code: {"model": ErrorBody} for code in (400, 404, 409, 502, 503)}
+_ERRORS = error_responses(400, 404, 409, 413, 429, 502, 503)
 # OpenAI's newer name for the system role; chat templates know only "system".
 _TEMPLATE_ROLES = {"developer": "system"}
 
@@ -99,6 +100,8 @@ async def create_chat_completion(
 ) -> Response:
     """Reply to `messages`. Without max_tokens the reply may use the rest of the context."""
     created = int(time.time())
+    if body.stream:
+        claim_stream(request)  # the key's streams at their cap: 429 before anything starts
     model = generation.model(body.model)
     messages = [ChatMessage(_TEMPLATE_ROLES.get(m.role, m.role), m.content) for m in body.messages]
     prompt = templates.render(model, messages)

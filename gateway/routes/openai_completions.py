@@ -9,9 +9,10 @@ from fastapi import APIRouter, Request, Response
 
 from contracts.generation import Usage
 from contracts.openai_schemas import Completion, CompletionChoice, CompletionRequest, CompletionUsage, FinishReason
-from contracts.schemas import ErrorBody
+from contracts.schemas import error_responses
 from gateway.auth import PrincipalDep
 from gateway.deps import GenerationDep, RegistryDep, SettingsDep
+from gateway.key_slots import claim_stream
 from gateway.openai_serving import (
     OpenAIRoute,
     RequestClassHeader,
@@ -23,7 +24,7 @@ from gateway.openai_serving import (
 
 router = APIRouter(prefix="/v1/completions", tags=["openai"], route_class=OpenAIRoute)
 
-_ERRORS: dict[int | str, dict[str, object]] = {code: {"model": ErrorBody} for code in (400, 404, 409, 502, 503)}
+_ERRORS = error_responses(400, 404, 409, 413, 429, 502, 503)
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +64,8 @@ async def create_completion(
 ) -> Response:
     """Complete `prompt`. The class comes from `X-Switchyard-Class`, the id from `X-Request-Id`."""
     created = int(time.time())
+    if body.stream:
+        claim_stream(request)  # the key's streams at their cap: 429 before anything starts
     entry = await generation.start(
         principal,
         *started_generation(body, "completions", body.prompt, body.max_tokens, request_class, request_id),

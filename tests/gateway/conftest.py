@@ -49,6 +49,7 @@ pools:
   small: {{model_id: small, ports: {{http: 9101, grpc: 9102, metrics: 9103}}}}
   large: {{model_id: large, ports: {{http: 9201, grpc: 9202, metrics: 9203}}}}
 redis: {{port: {redis_port}}}
+secrets_dir: {secrets_dir}
 teams:
   alpha: {{weight: 1}}
   beta: {{weight: 1, models: [small], default_class: bulk}}
@@ -144,14 +145,18 @@ def tokenizer_json(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
-def config_path(tmp_path: Path, tokenizer_json: Path, redis_url: str) -> Path:
+def config_path(tmp_path: Path, tokenizer_json: Path, redis_url: str, redis_secrets: Path) -> Path:
     for model_id in ("small", "large"):
         model_dir = tmp_path / "models" / model_id
         model_dir.mkdir(parents=True)
         (model_dir / "tokenizer.json").write_bytes(tokenizer_json.read_bytes())
     path = tmp_path / "switchyard.yaml"
     path.write_text(
-        CONFIG_YAML.format(small_context=SMALL_CONTEXT, redis_port=redis_url.rsplit(":", 1)[1].split("/")[0])
+        CONFIG_YAML.format(
+            small_context=SMALL_CONTEXT,
+            redis_port=redis_url.rsplit(":", 1)[1].split("/")[0],
+            secrets_dir=redis_secrets,
+        )
     )
     return path
 

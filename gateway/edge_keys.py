@@ -1,0 +1,80 @@
+"""The edge's view of an API key: who may send a body at all, from the headers alone.
+
+    Authorization: Bearer KEY ── admin key?            ──▶ EdgeCaller(admin)       (no Redis)
+                               ── cached < key_cache_s? ──▶ the cached answer
+                               ── KeyStore.resolve     ──▶ EdgeCaller(team) | None (one HGET)
+
+Answers, unknown keys included, are kept `key_cache_s` (a revoked key stops passing the edge
+within that; the route's own check, gateway/auth.py, still resolves every request), and at
+most `max_entries` of them, oldest dropped first, so a flood of made-up keys costs one HGET
+each and bounded memory.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from quota.keys import KeyStore, hash_key
+
+MAX_CACHED_KEYS = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class EdgeCaller:
+    """A caller the edge let through: `key_id` (the key's hash) counts its requests."""
+
+    key_id: str
+    is_admin: bool
+
+
+def bearer_key(header: str | None) -> str | None:
+    """The key of an `Authorization: Bearer KEY` header; None when missing or malformed."""
+    if header is None:
+        return None
+    scheme, _, key = header.strip().partition(" ")
+    key = key.strip()
+    if scheme.lower() != "bearer" or not key or " " in key:
+        return None
+    return key
+
+
+class KeyCache:
+    """Resolves keys against a `KeyStore`, remembering each answer for `ttl_s`."""
+
+    def __init__(
+        self,
+        store: KeyStore,
+        ttl_s: float,
+        max_entries: int = MAX_CACHED_KEYS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._store = store
+        self._ttl_s = ttl_s
+        self._max_entries = max_entries
+        self._clock = clock
+        self._answers: dict[str, tuple[float, EdgeCaller | None]] = {}
+
+    async def caller(self, key: str) -> EdgeCaller | None:
+        """The caller `key` belongs to; None for an unknown or revoked key. Raises Redis's
+        errors (the edge answers 503)."""
+        key_id = hash_key(key)
+        if self._store.is_admin(key):
+            return EdgeCaller(key_id, is_admin=True)
+        now = self._clock()
+        cached = self._answers.get(key_id)
+        if cached is not None and cached[0] > now:
+            return cached[1]
+        team_id = await self._store.resolve(key)
+        answer = None if team_id is None else EdgeCaller(key_id, is_admin=False)
+        self._remember(key_id, now + self._ttl_s, answer)
+        return answer
+
+    def _remember(self, key_id: str, until: float, answer: EdgeCaller | None) -> None:
+        if self._ttl_s <= 0:
+            return
+        self._answers.pop(key_id, None)
+        while len(self._answers) >= self._max_entries:
+            del self._answers[next(iter(self._answers))]  # the oldest answer
+        self._answers[key_id] = (until, answer)
