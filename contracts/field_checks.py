@@ -29,6 +29,11 @@ MAX_STOP_STRINGS = 4
 # that one request's stop strings cost the server what any other request's do.
 MAX_STOP_CHARS = 256
 
+# A batch's metadata, as OpenAI bounds it: stored with the batch and shown on every read.
+MAX_METADATA_PAIRS = 16
+MAX_METADATA_KEY_CHARS = 64
+MAX_METADATA_VALUE_CHARS = 512
+
 # The smallest top_p that is still above 0 as FP32 (the engine refuses 0).
 MIN_TOP_P = float(np.nextafter(np.float32(0), np.float32(1)))
 
@@ -89,3 +94,27 @@ def stop_lengths(stops: list[str]) -> list[str]:
                 {"index": index, "length": len(stop), "limit": MAX_STOP_CHARS},
             )
     return stops
+
+
+def metadata_bounds(metadata: dict[str, str] | None) -> dict[str, str] | None:
+    """A batch's metadata within OpenAI's bounds (AfterValidator): at most MAX_METADATA_PAIRS
+    pairs, keys of at most MAX_METADATA_KEY_CHARS characters, values of at most
+    MAX_METADATA_VALUE_CHARS."""
+    if metadata is None:
+        return None
+    if len(metadata) > MAX_METADATA_PAIRS:
+        raise PydanticCustomError(
+            "metadata_too_large", f"has {len(metadata)} pairs; at most {MAX_METADATA_PAIRS} are allowed"
+        )
+    for key, value in metadata.items():
+        if len(key) > MAX_METADATA_KEY_CHARS:
+            raise PydanticCustomError(
+                "metadata_too_large",
+                f"key {key[:16]!r}... has {len(key)} characters; at most {MAX_METADATA_KEY_CHARS} are allowed",
+            )
+        if len(value) > MAX_METADATA_VALUE_CHARS:
+            raise PydanticCustomError(
+                "metadata_too_large",
+                f"the value of {key!r} has {len(value)} characters; at most {MAX_METADATA_VALUE_CHARS} are allowed",
+            )
+    return metadata

@@ -12,11 +12,12 @@ import time
 from datetime import UTC, datetime
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from bulk.batch_store import BatchRecord, BatchStatus
 from bulk.file_store import FileRecord
 from bulk.release_policy import DeadlineRisk
+from contracts.field_checks import UnicodeChecked, metadata_bounds
 
 
 class OutputExpiresAfter(BaseModel):
@@ -28,7 +29,7 @@ class OutputExpiresAfter(BaseModel):
     seconds: Annotated[int, Field(ge=3600, le=2_592_000)]
 
 
-class CreateBatchBody(BaseModel):
+class CreateBatchBody(UnicodeChecked):
     """POST /v1/batches with JSON: OpenAI's form, from an uploaded file."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -36,7 +37,7 @@ class CreateBatchBody(BaseModel):
     input_file_id: Annotated[str, Field(min_length=1)]
     endpoint: Literal["/v1/completions", "/v1/chat/completions"]
     completion_window: str = "24h"  # OpenAI allows only "24h"; a shorter duration works here too
-    metadata: dict[str, str] | None = None
+    metadata: Annotated[dict[str, str] | None, AfterValidator(metadata_bounds)] = None
     output_expires_after: OutputExpiresAfter | None = None  # default: bulk.output_file_ttl_s
 
 

@@ -88,3 +88,24 @@ async def test_paging_after_an_unknown_batch_is_refused_not_restarted(
         "/v1/batches", params={"after": ids[0]}, headers={"Authorization": f"Bearer {make_key('beta')}"}
     )
     assert other.status_code == 400
+
+
+async def test_metadata_is_bounded_as_openai_bounds_it(client: httpx.AsyncClient) -> None:
+    files = {"file": ("in.jsonl", jsonl(OPENAI_LINE), "application/jsonl")}
+    uploaded = (await client.post("/v1/files", data={"purpose": "batch"}, files=files)).json()
+    base = {"input_file_id": uploaded["id"], "endpoint": "/v1/completions"}
+    for metadata in (
+        {f"k{i}": "v" for i in range(17)},
+        {"k" * 65: "v"},
+        {"k": "v" * 513},
+    ):
+        refused = await client.post("/v1/batches", json={**base, "metadata": metadata})
+        assert refused.status_code == 400, refused.text
+        assert refused.json()["error"]["param"] == "metadata", refused.text
+    surrogate = json.dumps({**base, "metadata": {"k": "\ud800"}})  # as JSON may spell it
+    refused = await client.post("/v1/batches", content=surrogate, headers={"content-type": "application/json"})
+    assert refused.status_code == 400, refused.text
+    kept = {f"k{i}": "v" * 512 for i in range(16)}
+    created = await client.post("/v1/batches", json={**base, "metadata": kept})
+    assert created.status_code == 202, created.text
+    assert created.json()["metadata"] == kept
