@@ -82,13 +82,18 @@ class FleetBackend(GenerationBackend):
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationDelta]:
         delivered: list[int] = []  # token ids the client has from this call, across servers
+        reported: Usage | None = None  # the last counts a server sent (its prompt's, at least)
         tried: list[str] = []
         failure: BackendError | None = None
         while len(tried) < self._max_attempts:
             resumed = (*request.resume_token_ids, *delivered)
             if delivered and len(resumed) >= request.max_tokens:
-                # The client has every token; only the server's end was lost with it.
-                yield GenerationDelta(finish_reason="length", usage=Usage(completion_tokens=len(delivered)))
+                # The client has every token; only the server's end was lost with it. The prompt
+                # is billed as the server counted it, else as the gateway did.
+                prompt, cached = (
+                    (reported.prompt_tokens, reported.cached_tokens) if reported else (request.prompt_tokens, 0)
+                )
+                yield GenerationDelta(finish_reason="length", usage=Usage(prompt, cached, len(delivered)))
                 return
             server = self._picker.pick(request, tried)
             if server is None:
@@ -102,6 +107,8 @@ class FleetBackend(GenerationBackend):
                 async with contextlib.aclosing(self._streams.stream_on(server, attempt)) as deltas:
                     async for delta in deltas:
                         delivered.extend(delta.token_ids)
+                        if delta.usage is not None:
+                            reported = delta.usage
                         if delta.usage is not None and earlier:
                             usage = delta.usage
                             delta = replace(

@@ -120,7 +120,8 @@ async def test_a_reply_whose_end_was_lost_with_its_server_ends_without_another_s
     servers.stream_on = all_but_the_end  # type: ignore[method-assign]
     deltas = await reply(FleetBackend(Picker(["a", "b"]), servers))
     assert [t for d in deltas for t in d.token_ids] == [10, 11, 12, 13, 14, 15]
-    assert deltas[-1].finish_reason == "length" and deltas[-1].usage == Usage(completion_tokens=6)
+    # Billed whole: the prompt as the server counted it, every token once.
+    assert deltas[-1].finish_reason == "length" and deltas[-1].usage == Usage(3, 0, 6)
 
 
 class Refusing(Servers):
