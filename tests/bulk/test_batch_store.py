@@ -4,7 +4,6 @@ newest first, the active set is ordered by deadline, and status moves only along
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator
 from dataclasses import replace
 
 import pytest
@@ -13,13 +12,6 @@ import redis.asyncio as aioredis
 from bulk.batch_store import ACTIVE_KEY, BatchRecord, BatchStatus, BatchStore, batch_key, new_batch_id
 
 ENDED = (BatchStatus.COMPLETED, BatchStatus.EXPIRED, BatchStatus.CANCELLED, BatchStatus.FAILED)
-
-
-@pytest.fixture
-async def client(redis_url: str) -> AsyncIterator[aioredis.Redis]:
-    redis = aioredis.Redis.from_url(redis_url)
-    yield redis
-    await redis.aclose()
 
 
 @pytest.fixture

@@ -5,9 +5,7 @@ as empty. Idle times are a few tenths of a second so each test stays well under 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
-import pytest
 import redis.asyncio as aioredis
 
 from bulk.chunk_queue import ChunkQueue, QueuedChunk, chunks_key
@@ -15,13 +13,6 @@ from bulk.ingest import ChunkRef
 
 BATCH = "batch_q1"
 IDLE_S = 0.2
-
-
-@pytest.fixture
-async def client(redis_url: str) -> AsyncIterator[aioredis.Redis]:
-    redis = aioredis.Redis.from_url(redis_url)
-    yield redis
-    await redis.aclose()
 
 
 def _chunks(count: int) -> list[ChunkRef]:

@@ -5,19 +5,11 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import AsyncIterator
 
 import pytest
 import redis.asyncio as aioredis
 
 from bulk.file_store import FileRecord, FileStore, new_file_id, uploaded_file_key
-
-
-@pytest.fixture
-async def client(redis_url: str) -> AsyncIterator[aioredis.Redis]:
-    redis = aioredis.Redis.from_url(redis_url)
-    yield redis
-    await redis.aclose()
 
 
 @pytest.fixture

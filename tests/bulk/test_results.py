@@ -31,13 +31,6 @@ ALL = frozenset(Outcome)
 
 
 @pytest.fixture
-async def client(redis_url: str) -> AsyncIterator[aioredis.Redis]:
-    redis = aioredis.Redis.from_url(redis_url)
-    yield redis
-    await redis.aclose()
-
-
-@pytest.fixture
 def blobs(tmp_path: Path) -> LocalBlobStore:
     return LocalBlobStore(tmp_path)
 

@@ -4,7 +4,6 @@ until the batch ends, and an ended batch goes with everything it stored."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -20,13 +19,6 @@ from bulk.retention_schedule import EXPIRY_KEY
 from bulk.storage_quota import storage_key
 
 POLICY = RetentionPolicy(file_ttl_s=100, output_file_ttl_s=200, batch_ttl_s=300, sweep_s=1.0)
-
-
-@pytest.fixture
-async def client(redis_url: str) -> AsyncIterator[aioredis.Redis]:
-    redis = aioredis.Redis.from_url(redis_url)
-    yield redis
-    await redis.aclose()
 
 
 @pytest.fixture

@@ -19,13 +19,6 @@ MIB = 1 << 20
 
 
 @pytest.fixture
-async def client(redis_url: str) -> AsyncIterator[aioredis.Redis]:
-    redis = aioredis.Redis.from_url(redis_url)
-    yield redis
-    await redis.aclose()
-
-
-@pytest.fixture
 def quota(client: aioredis.Redis) -> StorageQuota:
     config = SwitchyardConfig(
         root=Path("."),
