@@ -34,9 +34,11 @@ from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 from bls.engine_tensors import engine_output_tensors, parse_engine_request, read_cancel_target
+from bls.latency_log import LatencyLog
 from bls.metrics import MetricsPublisher
 from bls.tensors import InputError, ResponseSink, TensorSource
 from contracts.llm_tensors import invalid_input_message
+from engine.engine_loop import RequestTimes
 from engine.request import EngineRequest, FinishReason, RequestOutput
 from engine.stats import EngineStats
 
@@ -48,6 +50,8 @@ _EARLY_CANCEL_TTL_S = 5.0  # a cancel overtakes its request by milliseconds, nev
 
 
 class RequestStreamLike(Protocol):
+    times: RequestTimes
+
     def drain(self) -> RequestOutput | None: ...
 
     @property
@@ -75,6 +79,7 @@ class _Active:
     sink: ResponseSink
     cancel_sent: bool = False
     last_sent_at: float | None = None  # None until the first response went out
+    first_sent: float | None = None  # wall clock of the first token's response (latency log)
 
 
 class EngineHost:
@@ -91,9 +96,13 @@ class EngineHost:
         heartbeat_interval_s: float = 0.1,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
+        latency_log: LatencyLog | None = None,
+        name: str = "cpu_engine",
     ) -> None:
         self._loop = loop
         self._publisher = publisher
+        self._latency_log = latency_log  # None: no per-request stamp lines (the default)
+        self._name = name
         self._cancel_poll_s = cancel_poll_s
         self._stream_interval_s = stream_interval_s
         self._max_responses_per_s = max_responses_per_s
@@ -271,12 +280,34 @@ class EngineHost:
     def _send(self, entry: _Active, output: RequestOutput) -> None:
         try:
             entry.sink.send(engine_output_tensors(output), final=output.finished)
+            if self._latency_log is not None:
+                self._log_latency(entry, output)
         except Exception:
             # The client is gone (or the response is broken): stop spending engine time on it.
             logger.exception("sending a response for %r failed", entry.request.request_id)
             gone = self._forget(entry.request.request_id)
             if gone and not output.finished:
                 self._loop.cancel(entry.request.request_id)
+
+    def _log_latency(self, entry: _Active, output: RequestOutput) -> None:
+        """Stamp the first token's response; at the end, write the request's line."""
+        assert self._latency_log is not None
+        now = self._wall_clock()
+        if entry.first_sent is None and output.new_token_ids:
+            entry.first_sent = now
+        if output.finished:
+            times = entry.stream.times
+            marks = {
+                "max_tokens": entry.request.sampling.max_tokens,
+                "submitted": times.submitted,
+                "added": times.added,
+                "first_step_started": times.first_step_started,
+                "first_token": times.first_token,
+                "first_sent": entry.first_sent,
+                "finished": times.finished,
+                "final_sent": now,
+            }
+            self._latency_log.write(self._name, entry.request.request_id, marks)
 
     def _forget(self, request_id: str) -> bool:
         """Drop a request from the active set; True when it was there."""

@@ -4,10 +4,12 @@ hand each request to the host. Only the loop differs between engines."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from bls.engine_host import EngineHost, EngineLoopLike
+from bls.latency_log import LatencyLog
 from bls.metrics import TritonEngineMetrics
 from bls.model_config import param_int
 from bls.triton_bindings import PbResponseSink, PbTensorSource
@@ -24,6 +26,8 @@ def triton_engine_host(
         metrics,
         stream_interval_s=param_int(params, "stream_interval_ms") / 1000,
         max_responses_per_s=param_int(params, "max_stream_responses_per_s"),
+        latency_log=LatencyLog.from_environment(os.environ),
+        name=args["model_name"],
     )
 
 

@@ -15,10 +15,12 @@ takes `pb_utils` as an argument, so it is tested with a fake one.
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from bls.latency_log import LatencyLog
 from bls.llm_engine_gauges import LlmEngineGauges
 from bls.llm_pipeline import LlmPipeline
 from bls.model_config import (
@@ -73,7 +75,8 @@ class LlmModel:
         stages = TritonStages(
             pb_utils, engine_model, executor, postprocessor=postprocessor, dialect=dialect, observer=gauges
         )
-        return cls(pb_utils, LlmPipeline(stages), executor, gauges)
+        pipeline = LlmPipeline(stages, latency_log=LatencyLog.from_environment(os.environ))
+        return cls(pb_utils, pipeline, executor, gauges)
 
     async def execute(self, requests: Iterable[Any]) -> None:
         """Serve Triton requests; each one is answered on its own response sender."""

@@ -22,10 +22,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from bls.latency_log import LatencyLog
 from bls.llm_request import LlmRequest, parse_llm_request
 from bls.postprocessing import PostprocessResult, PostprocessState
 from bls.preprocessing import Preprocessed
@@ -111,18 +113,44 @@ class _Reply:
         return outputs
 
 
+@dataclass(slots=True)
+class _Marks:
+    """Wall-clock stamps of one reply in `llm` (bls/latency_log.py); a few per request."""
+
+    received: float = field(default_factory=time.time)
+    preprocessed: float | None = None
+    first_engine_output: float | None = None
+    first_sent: float | None = None  # the first response with tokens
+    final_sent: float | None = None
+
+    def as_dict(self) -> dict[str, float | int | None]:
+        return {
+            "received": self.received,
+            "preprocessed": self.preprocessed,
+            "first_engine_output": self.first_engine_output,
+            "first_sent": self.first_sent,
+            "final_sent": self.final_sent,
+        }
+
+
 class _FinalOnce:
     """Wraps a sink so that exactly one FINAL goes out, whatever path the reply takes."""
 
     def __init__(self, sink: ResponseSink) -> None:
         self._sink = sink
         self.final_sent = False
+        self.marks = _Marks()
 
     def send(self, outputs: Outputs | None, *, final: bool, error: str | None = None) -> None:
         if self.final_sent:
             return
         self.final_sent = final
         self._sink.send(outputs, final=final, error=error)
+        sent_ids = outputs.get("output_token_ids") if outputs is not None else None
+        if self.marks.first_sent is None and sent_ids is not None and sent_ids.size:
+            self.marks.first_sent = time.time()
+        if final:
+            self.marks.final_sent = time.time()
 
     def is_cancelled(self) -> bool:
         return not self.final_sent and self._sink.is_cancelled()
@@ -131,9 +159,12 @@ class _FinalOnce:
 class LlmPipeline:
     """Runs `llm` requests over injected stages."""
 
-    def __init__(self, stages: LlmStages, *, cancel_poll_s: float = 0.25) -> None:
+    def __init__(
+        self, stages: LlmStages, *, cancel_poll_s: float = 0.25, latency_log: LatencyLog | None = None
+    ) -> None:
         self._stages = stages
         self._cancel_poll_s = cancel_poll_s
+        self._latency_log = latency_log  # None: no per-request stamp lines (the default)
 
     async def run(self, request_id: str, src: TensorSource, sink: ResponseSink) -> None:
         """Serve one request; always ends with one FINAL response on `sink`."""
@@ -150,10 +181,13 @@ class LlmPipeline:
         finally:
             if not out.final_sent:  # cancelled task or a path that forgot: never leave it hanging
                 out.send(None, final=True, error="llm ended without a reply")
+            if self._latency_log is not None:
+                self._latency_log.write("llm", request_id, out.marks.as_dict())
 
     async def _serve(self, request_id: str, request: LlmRequest, out: _FinalOnce) -> None:
         stages = self._stages
         pre = await stages.preprocess(request.prompt, request.stops)
+        out.marks.preprocessed = time.time()
         engine_request = request.engine_request(request_id, pre.input_ids, pre.stop_sequences)
         token_ids = list(request.resume_token_ids)
         state = PostprocessState()
@@ -172,6 +206,8 @@ class LlmPipeline:
         try:
             async with contextlib.aclosing(stages.generate(engine_request)) as outputs:
                 async for output in outputs:
+                    if out.marks.first_engine_output is None:
+                        out.marks.first_engine_output = time.time()
                     token_ids.extend(output.new_token_ids)
                     post = await stages.postprocess(token_ids, state, request.stops, is_final=output.finished)
                     state = post.state

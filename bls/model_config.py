@@ -99,6 +99,7 @@ def engine_config_from_parameters(params: Mapping[str, str]) -> EngineConfig:
             float(cost) if (cost := params.get("max_bulk_cost_beside_interactive", "")) else None
         ),
         long_prefill_tokens=int(cap) if (cap := params.get("long_prefill_tokens", "")) else None,
+        express_max_tokens=int(cap) if (cap := params.get("express_max_tokens", "")) else None,
     )
 
 

@@ -110,6 +110,7 @@ def repository_values(config: SwitchyardConfig, pool_id: str, engine_model: Engi
             "" if engine.max_bulk_cost_beside_interactive is None else repr(engine.max_bulk_cost_beside_interactive)
         ),
         "long_prefill_tokens": "" if engine.long_prefill_tokens is None else str(engine.long_prefill_tokens),
+        "express_max_tokens": "" if engine.express_max_tokens is None else str(engine.express_max_tokens),
         "stream_interval_ms": str(pool.stream_interval_ms),
         "max_stream_responses_per_s": str(pool.max_stream_responses_per_s),
         "postprocess_in_process": "true" if pool.postprocess_in_process else "false",

@@ -99,6 +99,13 @@ class EngineConfig:
     # prompts that arrive behind it, and still reads at full speed alone. None: reads in
     # arrival order, each taking what it can.
     long_prefill_tokens: int | None = None
+    # An interactive request for at most this many tokens, whose unread prompt fits one step
+    # (max_num_batched_tokens), goes first: a step plans only such "express" requests while
+    # the others wait, at most this many steps in a row, then one step plans everyone. On a
+    # CPU a decode step of seven long streams costs several times one of a lone short reply,
+    # so a ten-token answer behind them would take several times its idle time (S1); the
+    # streams lose a few cheap steps. None: off (a GPU's step barely grows with the batch).
+    express_max_tokens: int | None = None
 
     def __post_init__(self) -> None:
         if self.block_size < 1 or self.kv_capacity_tokens < self.block_size:
@@ -111,6 +118,8 @@ class EngineConfig:
             raise ValueError("max_bulk_cost_beside_interactive must be positive (or None for no cap)")
         if self.long_prefill_tokens is not None and self.long_prefill_tokens < 1:
             raise ValueError("long_prefill_tokens must be positive (or None for no cap)")
+        if self.express_max_tokens is not None and self.express_max_tokens < 1:
+            raise ValueError("express_max_tokens must be positive (or None for no express lane)")
 
     @property
     def num_blocks(self) -> int:

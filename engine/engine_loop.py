@@ -16,7 +16,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from engine.llm_engine import LLMEngine
 from engine.request import EngineRequest, FinishReason, RequestOutput
@@ -42,11 +42,28 @@ def merge_outputs(older: RequestOutput, newer: RequestOutput) -> RequestOutput:
     )
 
 
+@dataclass(slots=True)
+class RequestTimes:
+    """When one request passed the loop's stages, in wall-clock seconds (`time.time()`, so the
+    other processes of a server can line their own stamps up with these: docs/latency.md).
+
+    Set once each, on the step thread (`submitted` by the submitting thread, before the step
+    thread sees the request): a few clock reads per request, none per token.
+    """
+
+    submitted: float = field(default_factory=time.time)
+    added: float | None = None  # the step thread took it from the inbox into the engine
+    first_step_started: float | None = None  # the step that produced its first token began
+    first_token: float | None = None  # ... and ended
+    finished: float | None = None  # the step that produced its final output ended
+
+
 class RequestStream:
     """The outputs of one request, as the step thread pushes them and a reader takes them."""
 
     def __init__(self, request_id: str, notify: Callable[[], None] | None = None) -> None:
         self.request_id = request_id
+        self.times = RequestTimes()
         self._notify = notify
         self._cond = threading.Condition()
         self._pending: RequestOutput | None = None
@@ -160,13 +177,14 @@ class EngineLoop:
             while self._take_commands():
                 if not self._engine.has_unfinished():
                     continue
+                step_started = time.time()
                 try:
                     outputs = self._engine.step()
                 except Exception:  # a bug, not a model error (those abort inside step)
                     logger.exception("engine step failed; aborting every request in flight")
                     outputs = self._engine.abort_all()
                 self._stats = self._engine.stats()
-                self._deliver(outputs)
+                self._deliver(outputs, step_started)
                 # Hand the GIL over between steps: the host's threads (the sender, Triton's
                 # execute taking new requests) would otherwise wait for the interpreter's
                 # 5 ms switch interval while the engine steps back to back.
@@ -192,6 +210,7 @@ class EngineLoop:
                 continue
             try:
                 self._engine.add_request(command.request)
+                command.stream.times.added = time.time()
             except ValueError:
                 logger.exception("request %r rejected by the engine", command.request.request_id)
                 rejected.append(_aborted_output(command.request))
@@ -199,14 +218,22 @@ class EngineLoop:
         self._stats = self._engine.stats()
         return True
 
-    def _deliver(self, outputs: list[RequestOutput]) -> None:
+    def _deliver(self, outputs: list[RequestOutput], step_started: float | None = None) -> None:
+        """Push outputs to their streams, stamping a request's first token and its end."""
+        now = time.time() if outputs else 0.0
         for output in outputs:
             with self._cond:
                 stream = self._streams.get(output.request_id)
                 if stream is not None and output.finished:
                     del self._streams[output.request_id]
-            if stream is not None:
-                stream.push(output)
+            if stream is None:
+                continue
+            times = stream.times
+            if times.first_token is None and output.new_token_ids:
+                times.first_step_started, times.first_token = step_started, now
+            if output.finished:
+                times.finished = now
+            stream.push(output)
 
     def _shutdown(self) -> None:
         """Abort whatever is left: engine requests, and submits the engine never saw."""

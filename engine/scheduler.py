@@ -20,6 +20,13 @@ the decodes riding in the same step keep their pace. A step that would plan noth
 token anyway, so work always moves. With `enable_chunked_prefill=False` (the benchmarks'
 baseline) a prompt is read whole in one step; the first prompt of a step may exceed the budget.
 
+With `express_max_tokens` set, a short interactive request goes first: while one (asking for at
+most that many tokens, its unread prompt within one step's tokens) waits or runs, a step plans
+only such requests, and the rest wait, for at most `express_max_tokens` steps in a row; then
+a step plans everyone as above. On a CPU a lone short reply's step costs a fraction of one with
+every long stream in it, so a ten-token answer behind long reports ends near its idle time,
+and the streams lose a few cheap steps (S1, docs/latency.md).
+
 Memory: a request is admitted only when blocks for all its known tokens can be had (so a long
 prompt, once admitted, is never preempted for lack of room to read it). A running sequence
 that needs a block preempts others by recompute, bulk before interactive, newest first; bulk
@@ -110,6 +117,8 @@ class Scheduler:
         self._by_id: dict[str, Sequence] = {}
         self._aborted: list[Sequence] = []
         self.num_preemptions = 0  # cumulative, for tests and diagnostics
+        # Express steps in a row that left some unfinished sequence out (see _plan_express).
+        self.num_held_steps = 0
 
     # -- queries ----------------------------------------------------------------------------
 
@@ -181,6 +190,9 @@ class Scheduler:
     def schedule(self) -> SchedulerOutput:
         config = self.config
         step = _Step(config.max_num_batched_tokens, config.max_step_cost, config.max_num_seqs)
+        if self._plan_express(step):
+            return SchedulerOutput(step.scheduled, step.preempted_ids, self.pop_aborted(), step.num_context)
+        self.num_held_steps = 0
         for cls in CLASS_ORDER:
             if cls is RequestClass.BULK and step.scheduled:
                 self._cap_bulk_beside_interactive(step)
@@ -200,6 +212,57 @@ class Scheduler:
         cost_cap = self.config.max_bulk_cost_beside_interactive
         if cost_cap is not None:
             step.cost_left = min(step.cost_left, cost_cap)
+
+    # -- the express lane -------------------------------------------------------------------
+
+    def is_express(self, seq: Sequence) -> bool:
+        """A short interactive request that goes before everyone (`express_max_tokens`)."""
+        limit = self.config.express_max_tokens
+        return (
+            limit is not None
+            and seq.request_class is RequestClass.INTERACTIVE
+            and seq.sampling.max_tokens <= limit
+            and seq.num_tokens - seq.num_computed_tokens <= self.config.max_num_batched_tokens
+        )
+
+    def _plan_express(self, step: _Step) -> bool:
+        """Plan a step of express requests only; False (nothing planned) when there are none,
+        or when the others have already been held back `express_max_tokens` steps in a row.
+
+        Running express sequences go in arrival order, then the waiting ones at the front of
+        the interactive queue (no overtaking: a normal request ahead of them keeps its place).
+        A sequence behind the one being planned is never planned yet, so preemption for its
+        block (newest first) never takes back a planned one."""
+        limit = self.config.express_max_tokens
+        if limit is None or self.num_held_steps >= limit:
+            return False
+        cls = RequestClass.INTERACTIVE
+        running = [seq for seq in self._running[cls] if self.is_express(seq)]
+        waiting = self._waiting[cls]
+        if not running and not (waiting and self.is_express(waiting[0])):
+            return False
+        block_size = self.block_manager.block_size
+        for seq in running:
+            if step.seqs_left <= 0 or step.tokens_left <= 0:
+                break
+            if seq.status is not RequestStatus.RUNNING:
+                continue  # preempted for the block of one planned before it
+            start = seq.num_computed_tokens
+            num_tokens = self._chunk_size(seq, start, step)
+            if num_tokens == 0:
+                continue
+            if start + num_tokens > len(seq.block_table) * block_size and not self._reserve_slots(
+                seq, num_tokens, step
+            ):
+                continue
+            self._plan(seq, num_tokens, step)
+        self._schedule_waiting(cls, step, express_only=True)
+        self._top_up_long_reads(step)
+        if not step.scheduled:
+            return False
+        # Held back: anything unfinished left out of this step (running or waiting).
+        self.num_held_steps = self.num_held_steps + 1 if len(step.scheduled) < len(self._by_id) else 0
+        return True
 
     def pop_aborted(self) -> list[Sequence]:
         """Sequences aborted since the last call because they can never fit (each reported once)."""
@@ -248,7 +311,9 @@ class Scheduler:
                 assert self.block_manager.num_new_blocks(seq, num_tokens) == 0
                 self._plan(seq, num_tokens, step)
 
-    def _schedule_waiting(self, cls: RequestClass, step: _Step) -> None:
+    def _schedule_waiting(self, cls: RequestClass, step: _Step, *, express_only: bool = False) -> None:
+        """Admit from the front of the class's queue while blocks and budget allow
+        (`express_only`: while the front is an express request)."""
         waiting = self._waiting[cls]
         if cls is RequestClass.BULK and step.interactive_blocked_on_memory:
             return  # memory that frees up is spoken for
@@ -256,6 +321,8 @@ class Scheduler:
             if self.num_running >= self.config.max_num_seqs:
                 return
             seq = waiting[0]
+            if express_only and not self.is_express(seq):
+                return
             match = self.block_manager.match_prefix(seq)
             num_tokens = self._chunk_size(seq, match.num_tokens, step)
             if num_tokens == 0:

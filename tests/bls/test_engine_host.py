@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 
 from bls.engine_host import EngineHost
 from bls.engine_tensors import cancel_request_tensors, engine_request_tensors
+from bls.latency_log import LatencyLog
 from bls.tensors import DictTensorSource, Outputs, int32_scalar
 from engine.engine_loop import RequestStream
 from engine.request import EngineRequest, FinishReason, RequestOutput, SamplingParams
@@ -297,3 +300,26 @@ def test_an_idle_host_keeps_beating() -> None:
         host.stop(timeout=1.0)
     assert len(publisher.heartbeats) >= 3  # a pass every cancel_poll_s (0.2 s)
     assert publisher.heartbeats == sorted(publisher.heartbeats)
+
+
+def test_with_a_latency_log_each_request_ends_with_one_line_of_its_stamps(tmp_path: Path) -> None:
+    loop = FakeLoop()
+    wall = iter([100.0, 101.0])
+    log = LatencyLog(tmp_path / "latency.jsonl")
+    host = EngineHost(loop, None, cancel_poll_s=0.05, clock=Clock(), wall_clock=lambda: next(wall), latency_log=log)
+    sink = Sink()
+    host.handle("r1", request_inputs(), sink)
+    stream = loop.streams["r1"]
+    stream.times.added, stream.times.first_step_started, stream.times.first_token = 10.0, 11.0, 12.0
+    stream.push(out("r1", (5,), done=1))
+    host.pump()
+    stream.times.finished = 13.0
+    stream.push(out("r1", (6,), FinishReason.LENGTH, done=2))
+    host.pump()
+    log.close()
+    (line,) = (tmp_path / "latency.jsonl").read_text().splitlines()
+    marks = json.loads(line)
+    assert marks["hop"] == "cpu_engine" and marks["request_id"] == "r1" and marks["max_tokens"] == 4
+    assert (marks["added"], marks["first_step_started"], marks["first_token"]) == (10.0, 11.0, 12.0)
+    assert (marks["first_sent"], marks["finished"], marks["final_sent"]) == (100.0, 13.0, 101.0)
+    assert marks["submitted"] == stream.times.submitted

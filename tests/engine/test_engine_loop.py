@@ -165,3 +165,13 @@ def test_idle_loop_sleeps_instead_of_stepping(make_loop: Any, make_request: Any,
     read_to_end(loop.submit(make_request("s", [1, 2], max_tokens=2)))
     assert steps == 2
     assert loop.stats().active_requests == 0
+
+
+def test_a_request_is_stamped_at_each_stage_once_in_order(make_loop: Any, make_request: Any) -> None:
+    loop = make_loop()
+    stream = loop.submit(make_request("r", [1, 2, 3], max_tokens=5))
+    read_to_end(stream)
+    times = stream.times
+    assert times.added is not None and times.first_step_started is not None
+    assert times.first_token is not None and times.finished is not None
+    assert times.submitted <= times.added <= times.first_step_started <= times.first_token <= times.finished

@@ -56,6 +56,8 @@ CONFIGS = {
     "tight": replace(ROOMY, kv_capacity_tokens=1024, max_num_seqs=6, long_prefill_tokens=64),
     # The benchmarks' baseline: whole prompts in one step.
     "unchunked": replace(ROOMY, enable_chunked_prefill=False),
+    # The CPU pools' express lane (S1): replies of 25 and 40 tokens go before the others.
+    "express": replace(ROOMY, express_max_tokens=40),
 }
 
 
@@ -87,6 +89,8 @@ def test_the_simulator_replays_the_engine_exactly(name: str) -> None:
     assert [len(gaps) for gaps in engine.result.gaps_s] == [r.reply_tokens - 1 for r in TRACE]
     if name == "tight":
         assert engine.num_preemptions > 0, "the tight configuration should exercise preemption"
+    if name == "express":
+        assert engine.result.gaps_s != record(ROOMY).result.gaps_s, "the express lane should change the steps"
     for i, request in enumerate(TRACE):
         assert simulated.ttft_s[i] == engine.result.ttft_s[i], f"TTFT of request {i} ({request})"
         assert simulated.gaps_s[i] == engine.result.gaps_s[i], f"gaps of request {i} ({request})"
