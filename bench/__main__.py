@@ -15,6 +15,7 @@ import sys
 
 from bench import (
     bench_edge,
+    bench_grpc_door,
     bench_prefill,
     bench_s1_short_behind_long,
     bench_s2_document_full_server,
@@ -37,7 +38,7 @@ OFFLINE = {
     "scale": bench_scale.main,
     "edge": bench_edge.main,  # its own gateway process and Redis, no Triton
 }
-LIVE = ("s1", "s2", "s3", "overhead", "s9", "s5", "s4", "s78", "sim-trust")
+LIVE = ("s1", "s2", "s3", "overhead", "s9", "s5", "s4", "s78", "sim-trust", "grpc-door")
 
 
 def run_live(names: list[str], base: SwitchyardConfig | None = None) -> dict[str, dict[str, object]]:
@@ -51,13 +52,17 @@ def run_live(names: list[str], base: SwitchyardConfig | None = None) -> dict[str
     unchunked = EngineSpec(**{**engine.model_dump(), "enable_chunked_prefill": False})
     if {"s1", "s3", "overhead"} & set(names):
         pools = {"bench-small": ("small", engine), "bench-small-unchunked": ("small", unchunked)}
+        s1_models = {"small": "bench-small"}
+        if "s1" in names and "large" in base.models:  # S1 runs on both sizes
+            pools["bench-large"] = ("large", base.pools["large"].engine if "large" in base.pools else engine)
+            s1_models["large"] = "bench-large"
         config = bench_config(base, pools, {"bench": 1.0})
         stack, teams = start_stack(config)
         url, headers = stack.gateway_url, teams["bench"]
         try:
             if "s1" in names:
                 results["s1"] = bench_s1_short_behind_long.run(
-                    url, "bench-small", config, engine_config_of(engine), headers
+                    url, s1_models, config, engine_config_of(engine), headers
                 )
             if "s3" in names:
                 results["s3"] = bench_s3_prefill_stutter.run(
@@ -104,6 +109,15 @@ def run_live(names: list[str], base: SwitchyardConfig | None = None) -> dict[str
         stack, teams = start_stack(config)
         try:
             results[name] = bench(stack, "bench-small", teams["bench"])
+        finally:
+            stack.stop()
+    if "grpc-door" in names:  # the door against direct Triton, on one server of its own
+        config = bench_config(base, {"bench-small": ("small", engine)}, {"bench": 1.0})
+        stack, teams = start_stack(config)
+        try:
+            door_url = f"{config.gateway.host}:{config.gateway.grpc_port}"
+            triton_url = f"127.0.0.1:{config.pools['bench-small'].ports.grpc}"
+            results["grpc-door"] = bench_grpc_door.run(door_url, triton_url, "bench-small", config, teams["bench"])
         finally:
             stack.stop()
     if "sim-trust" in names:  # one server streaming every step's tokens: a stack of its own

@@ -41,12 +41,12 @@ def bench_config(
         http, grpc, metrics = free_ports(3)
         ports = Ports(http=http, grpc=grpc, metrics=metrics)
         bench_pools[pool_id] = PoolSpec(model_id=pool_id, target_copies=1, engine=engine, ports=ports)
-    gateway_port, redis_port = free_ports(2)
+    gateway_port, redis_port, grpc_port = free_ports(3)
     return base.model_copy(
         update={
             "models": models,
             "pools": bench_pools,
-            "gateway": base.gateway.model_copy(update={"port": gateway_port}),
+            "gateway": base.gateway.model_copy(update={"port": gateway_port, "grpc_port": grpc_port}),
             "redis": base.redis.model_copy(update={"port": redis_port}),
             "teams": {team: TeamSpec(weight=weight) for team, weight in teams.items()},
             "var_dir": str(base.var_path / "bench"),

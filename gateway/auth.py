@@ -71,9 +71,14 @@ async def get_principal(
     _: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer_scheme)],
 ) -> Principal:
     """Resolve the request's bearer key; 401 unless it names a configured team or the admin."""
-    key = _bearer_key(request.headers.get("authorization"))
+    return await resolve_principal(store, request.headers.get("authorization"), request.headers.get(TEAM_HEADER))
+
+
+async def resolve_principal(store: KeyStore, authorization: str | None, acting_for: str | None) -> Principal:
+    """The caller an `Authorization` header (and, for the admin, `X-Switchyard-Team`) names;
+    `ApiError` 401 / 403 / 503 otherwise. Every door (HTTP, gRPC metadata) resolves through here."""
+    key = _bearer_key(authorization)
     if store.is_admin(key):
-        acting_for = request.headers.get(TEAM_HEADER)
         if acting_for is None:
             return Principal(team_id=None, is_admin=True)
         if acting_for not in store.teams:

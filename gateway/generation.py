@@ -29,8 +29,9 @@ from contracts.catalog import ModelCatalog, ServedModel
 from contracts.errors import ApiError, model_not_found, request_conflict
 from contracts.generation import BackendError, GenerationDelta, GenerationRequest, RequestClass, Usage
 from contracts.prompt_context import check_context, encode_prompt
+from contracts.schemas import GenerateBody
 from gateway.auth import Principal, require_model_access
-from gateway.idempotency import ClaimState, IdempotencyStore, RecordGone
+from gateway.idempotency import ClaimState, IdempotencyStore, RecordGone, fingerprint
 from gateway.metering import Metering
 from gateway.metrics import GatewayMetrics
 from gateway.request_bus import BusMessage, RequestBus
@@ -67,6 +68,31 @@ class GenerationInput:
     top_k: int | None = None
     seed: int | None = None
     ignore_eos: bool = False
+    door: str = "http"  # the protocol it came through (`grpc`: the front door), a usage label
+
+
+def generation_input(body: GenerateBody, door: str = "http") -> GenerationInput:
+    """What a validated `/v1/generate` body asks for (the gRPC door validates its tensors as
+    one, so both doors take exactly the same values)."""
+    return GenerationInput(
+        model=body.model,
+        prompt=body.prompt,
+        max_tokens=body.max_tokens,
+        stop=tuple(body.stop),
+        request_class=body.request_class,
+        request_id=body.request_id,
+        temperature=body.temperature,
+        top_p=body.top_p,
+        top_k=body.top_k,
+        seed=body.seed,
+        ignore_eos=body.ignore_eos,
+        door=door,
+    )
+
+
+def body_digest(body: GenerateBody) -> str:
+    """The fingerprint a repeat of the body's `request_id` must match (its id and `stream` aside)."""
+    return fingerprint(body.model_dump(mode="json", by_alias=True, exclude={"request_id", "stream"}))
 
 
 def scoped_id(team_id: str, request_id: str) -> str:
@@ -167,7 +193,7 @@ class GenerationService:
         )
         hooks = _Hooks(
             self._idempotency, self._admission, self._metering, team_id, public_id, request_class, lease,
-            keep_s=self._keep_s(inp.request_id, request_class),
+            keep_s=self._keep_s(inp.request_id, request_class), door=inp.door,
         )  # fmt: skip
         try:
             entry = self._registry.start(request, prompt_tokens, public_id=public_id, hooks=hooks)
@@ -278,8 +304,10 @@ class _Hooks:
         lease: Lease,
         *,
         keep_s: int | None,
+        door: str = "http",
     ) -> None:
         self._idempotency = idempotency
+        self._door = door
         self._admission = admission
         self._metering = metering
         self._team_id = team_id
@@ -341,7 +369,7 @@ class _Hooks:
                 self._team_id, self._public_id, result, keep_s=self._keep_s, followed=self._followed
             ),
             self._admission.release(self._lease),
-            self._metering.record(self._usage(entry, ended), at=datetime.now(UTC)),
+            self._metering.record(self._usage(entry, ended), at=datetime.now(UTC), door=self._door),
         )
         for outcome in await asyncio.gather(*steps, return_exceptions=True):
             if isinstance(outcome, BaseException):
@@ -354,6 +382,7 @@ class _Hooks:
                 "team": self._team_id,
                 "model": entry.request.model_id,
                 "request_class": self._request_class,
+                "door": self._door,
                 "status": result["stop_reason"],
                 "borrowed": self._lease.borrowed,
                 "duration_s": round(ended - entry.started_at, 4),

@@ -3,7 +3,11 @@ Redis (the bill, `GET /v1/usage`) and to the Prometheus counters on `/metrics` a
 
     create_app:  app.state.metrics = GatewayMetrics()
     lifespan:    install_metering(app, UsageMeter(redis_client))   -> app.state.metering
-    a request:   await metering.record(UsageRecord(...), at=finished_at)
+    a request:   await metering.record(UsageRecord(...), at=finished_at, door="http")
+
+`door` is the protocol the request came through (`http`, or `grpc`: the front door,
+gateway/grpc_door/): `switchyard_usage_door_*{team, model, door}` count requests and tokens per
+door. The bill in Redis is the team's whatever the door.
 """
 
 from __future__ import annotations
@@ -14,28 +18,53 @@ from typing import Annotated
 
 import redis
 from fastapi import Depends, FastAPI, Request
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, Counter
 
 from quota.usage import UsageMeter, UsageRecord
 from quota.usage_counters import UsageCounters
 
 METERING_STATE = "metering"  # app.state.metering: the Metering of this app
 _COUNTERS_STATE = "usage_counters"  # made once per app: a registry refuses a second copy
+_DOOR_COUNTERS_STATE = "usage_door_counters"
 
 logger = logging.getLogger(__name__)
+
+
+class DoorCounters:
+    """`switchyard_usage_door_requests_total` and `..._door_tokens_total` (kind: prompt,
+    completion): which door a team's usage came through."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        labels = ("team", "model", "door")
+        self.requests = Counter(
+            "switchyard_usage_door_requests", "Requests that ended, by the door they came through.", labels,
+            registry=registry,
+        )  # fmt: skip
+        self.tokens = Counter(
+            "switchyard_usage_door_tokens", "Prompt and completion tokens of ended requests, by door.",
+            [*labels, "kind"], registry=registry,
+        )  # fmt: skip
+
+    def observe(self, rec: UsageRecord, door: str) -> None:
+        self.requests.labels(rec.team_id, rec.model_id, door).inc(rec.requests)
+        self.tokens.labels(rec.team_id, rec.model_id, door, "prompt").inc(rec.prompt_tokens)
+        self.tokens.labels(rec.team_id, rec.model_id, door, "completion").inc(rec.completion_tokens)
 
 
 class Metering:
     """Records usage in Redis and in this process's Prometheus counters."""
 
-    def __init__(self, meter: UsageMeter, counters: UsageCounters) -> None:
+    def __init__(self, meter: UsageMeter, counters: UsageCounters, doors: DoorCounters | None = None) -> None:
         self.meter = meter
         self.counters = counters
+        self.doors = doors
 
-    async def record(self, rec: UsageRecord, at: datetime) -> None:
-        """Count `rec` (ended at `at`). A Redis failure is logged, not raised: the reply has
-        been served, and failing it now would bill nothing and help no one."""
+    async def record(self, rec: UsageRecord, at: datetime, door: str = "http") -> None:
+        """Count `rec` (ended at `at`, came through `door`). A Redis failure is logged, not
+        raised: the reply has been served, and failing it now would bill nothing and help no one."""
         self.counters.observe(rec)
+        if self.doors is not None:
+            self.doors.observe(rec, door)
         try:
             await self.meter.record(rec, at)
         except redis.RedisError:
@@ -56,7 +85,8 @@ def install_metering(app: FastAPI, meter: UsageMeter) -> Metering:
             raise RuntimeError("install_metering needs app.state.metrics (a GatewayMetrics) first")
         counters = UsageCounters(registry)
         setattr(app.state, _COUNTERS_STATE, counters)
-    metering = Metering(meter, counters)
+        setattr(app.state, _DOOR_COUNTERS_STATE, DoorCounters(registry))
+    metering = Metering(meter, counters, getattr(app.state, _DOOR_COUNTERS_STATE, None))
     setattr(app.state, METERING_STATE, metering)
     return metering
 

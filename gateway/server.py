@@ -34,6 +34,9 @@ def serve(
     settings = settings if settings is not None else GatewaySettings()
     host = host or settings.host or config.gateway.host
     port = port or settings.port or config.gateway.port
+    # The gRPC door (gateway/grpc_door/server.py): each worker serves it from its lifespan.
+    grpc_port = settings.grpc_port or config.gateway.grpc_port
+    settings = settings.model_copy(update={"grpc_port": grpc_port})
     options = {
         "host": host,
         "port": port,
@@ -48,6 +51,9 @@ def serve(
     # The workers' metrics folder is emptied below: not while another gateway serves this port,
     # or its counts would vanish under it.
     _refuse_if_in_use(host, port)
+    if grpc_port is not None:  # the workers share it with SO_REUSEPORT: never with another gateway
+        _refuse_if_in_use(host, grpc_port)
+        os.environ["SWITCHYARD_GRPC_PORT"] = str(grpc_port)
     # Workers are fresh processes that build the app from the environment: hand them this
     # exact configuration through a file.
     os.environ["SWITCHYARD_CONFIG"] = str(dump_config(config, config.var_path / "run" / "gateway.yaml"))

@@ -22,6 +22,9 @@ class GatewaySettings(BaseSettings):
     # Override the file's `gateway.host` / `gateway.port`.
     host: str | None = None
     port: Annotated[int, Field(ge=1, le=65535)] | None = None
+    # The gRPC front door's port (`serve()` sets it from the file's `gateway.grpc_port`); None:
+    # the app serves HTTP only (an app built by a test, say).
+    grpc_port: Annotated[int, Field(ge=1, le=65535)] | None = None
     # Gateway worker processes on the one port (state they share lives in Redis).
     workers: Annotated[int, Field(ge=1, le=64)] = 1
     # Where the pools' Triton servers listen (each pool's gRPC port comes from the file).

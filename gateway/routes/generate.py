@@ -12,8 +12,7 @@ from contracts.schemas import CancelResponse, ErrorBody, GenerateBody, GenerateR
 from gateway.auth import PrincipalDep
 from gateway.deps import GenerationDep, RegistryDep, SettingsDep
 from gateway.error_handlers import error_response
-from gateway.generation import GenerationInput
-from gateway.idempotency import fingerprint
+from gateway.generation import body_digest, generation_input
 from gateway.key_slots import claim_stream
 from gateway.readers import wait_unless_disconnected
 from gateway.requests_registry import InflightRequest
@@ -42,23 +41,7 @@ async def generate(
     the same generation (attached while it runs, stored after); with another body, 409."""
     if body.stream:
         claim_stream(request)  # the key's streams at their cap: 429 before anything starts
-    entry = await generation.start(
-        principal,
-        GenerationInput(
-            model=body.model,
-            prompt=body.prompt,
-            max_tokens=body.max_tokens,
-            stop=tuple(body.stop),
-            request_class=body.request_class,
-            request_id=body.request_id,
-            temperature=body.temperature,
-            top_p=body.top_p,
-            top_k=body.top_k,
-            seed=body.seed,
-            ignore_eos=body.ignore_eos,
-        ),
-        fingerprint(body.model_dump(mode="json", by_alias=True, exclude={"request_id", "stream"})),
-    )
+    entry = await generation.start(principal, generation_input(body), body_digest(body))
     headers = {"X-Request-Id": entry.public_id}
     # Before any byte goes out, a failure can still be an honest status code (a 503 when the
     # backend is down), so wait for the first text (streamed) or the end (whole).

@@ -1,0 +1,133 @@
+"""The gRPC door's cost: the same streamed requests through the door (team key, admission,
+routing, metering) and straight to Triton's `llm` (the inference key), side by side.
+
+16 concurrent streams of 200-token prompts and 200-token greedy replies (`ignore_eos`), with
+`tritonclient.grpc.aio` both ways; rounds alternate direct / door so both see the same machine.
+Reported: tokens/s each way and their ratio (target >= 0.9), time to the first response, and
+the door's added latency per response (mean gap between a stream's responses, door minus
+direct).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import tritonclient.grpc.aio as triton_aio
+from tritonclient.grpc import InferInput
+
+from bench.common import write_result
+from bench.live import load_tokenizer, prompt_of
+from config.settings import SwitchyardConfig
+from contracts.generation import GenerationRequest
+from router.triton_backend import LLM_MODEL, build_inputs
+
+NAME = "grpc_door"
+STREAMS = 16
+PROMPT_TOKENS = 200
+REPLY_TOKENS = 200
+ROUNDS = 2
+
+
+@dataclass(slots=True)
+class Trace:
+    started: float
+    first: float | None = None
+    arrivals: list[float] = field(default_factory=list)
+    tokens: int = 0
+
+
+def _door_inputs(prompt: str) -> list[Any]:
+    values = [
+        ("text_input", np.array([prompt.encode()], dtype=np.object_), "BYTES"),
+        ("max_tokens", np.array([REPLY_TOKENS], dtype=np.int32), "INT32"),
+        ("ignore_eos", np.array([True]), "BOOL"),
+    ]
+    inputs = []
+    for name, array, datatype in values:
+        item = InferInput(name, list(array.shape), datatype)
+        item.set_data_from_numpy(array)
+        inputs.append(item)
+    return inputs
+
+
+async def _one(url: str, request: dict[str, Any], headers: dict[str, str]) -> Trace:
+    client = triton_aio.InferenceServerClient(url)
+
+    async def requests() -> AsyncIterator[dict[str, Any]]:
+        yield request
+
+    trace = Trace(time.perf_counter())
+    try:
+        async for result, error in client.stream_infer(requests(), headers=headers):
+            if error is not None:
+                raise RuntimeError(str(error))
+            now = time.perf_counter()
+            count = len(result.as_numpy("output_token_ids"))
+            if count:
+                trace.first = trace.first or now
+                trace.arrivals.append(now)
+                trace.tokens += count
+            if result.as_numpy("finish_reason")[0]:
+                break
+    finally:
+        await client.close()
+    return trace
+
+
+async def _round(url: str, requests: list[dict[str, Any]], headers: dict[str, str]) -> dict[str, float]:
+    started = time.perf_counter()
+    traces = await asyncio.gather(*(_one(url, request, headers) for request in requests))
+    wall = time.perf_counter() - started
+    gaps = [b - a for t in traces for a, b in zip(t.arrivals, t.arrivals[1:], strict=False)]
+    return {
+        "tokens_per_s": sum(t.tokens for t in traces) / wall,
+        "ttft_ms": 1000 * statistics.mean((t.first or t.started) - t.started for t in traces),
+        "gap_ms": 1000 * statistics.mean(gaps) if gaps else 0.0,
+        "responses": float(sum(len(t.arrivals) for t in traces)),
+    }
+
+
+def run(door_url: str, triton_url: str, pool: str, config: SwitchyardConfig, headers: dict[str, str]) -> dict[str, Any]:
+    """Direct and door rounds alternated; `headers` carry the team's key (the door's)."""
+    tokenizer = load_tokenizer(config, pool)
+    prompts = [prompt_of(tokenizer, PROMPT_TOKENS, seed=700 + i) for i in range(STREAMS)]
+    direct_requests = [
+        {
+            "model_name": LLM_MODEL,
+            "inputs": build_inputs(GenerationRequest(f"direct-{i}", pool, p, REPLY_TOKENS, ignore_eos=True)),
+            "request_id": f"direct-{i}",
+        }
+        for i, p in enumerate(prompts)
+    ]
+    door_requests = [{"model_name": pool, "inputs": _door_inputs(p)} for p in prompts]
+    door_headers = {"authorization": headers["Authorization"]}
+    direct_headers = config.triton_grpc_headers()
+    asyncio.run(_round(triton_url, direct_requests[:2], direct_headers))  # warm both paths
+    asyncio.run(_round(door_url, door_requests[:2], door_headers))
+    measured: dict[str, list[dict[str, float]]] = {"direct": [], "door": []}
+    for _ in range(ROUNDS):
+        measured["direct"].append(asyncio.run(_round(triton_url, direct_requests, direct_headers)))
+        measured["door"].append(asyncio.run(_round(door_url, door_requests, door_headers)))
+    means = {
+        variant: {k: statistics.mean(r[k] for r in rounds) for k in rounds[0]} for variant, rounds in measured.items()
+    }
+    direct, door = means["direct"], means["door"]
+    rows: list[dict[str, Any]] = [{"path": variant, **values} for variant, values in means.items()]
+    meta = {
+        "streams": STREAMS,
+        "prompt_tokens": PROMPT_TOKENS,
+        "reply_tokens": REPLY_TOKENS,
+        "rounds": ROUNDS,
+        "door_vs_direct_tokens_per_s": round(door["tokens_per_s"] / direct["tokens_per_s"], 3),
+        "added_ms_per_response": round(door["gap_ms"] - direct["gap_ms"], 3),
+        "added_ttft_ms": round(door["ttft_ms"] - direct["ttft_ms"], 3),
+        "target": ">= 0.9 of direct tokens/s",
+    }
+    write_result(NAME, rows, meta)
+    return {"rows": rows, "meta": meta}

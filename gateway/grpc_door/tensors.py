@@ -1,0 +1,245 @@
+"""`llm`'s public tensors (docs/tensors.md) ↔ what the gateway runs: a `GenerateBody` in, an
+`InflightRequest`'s deltas out.
+
+A request's tensors become the very body `/v1/generate` validates (contracts/schemas.py), so
+the door accepts exactly the ranges HTTP does, which are the engine's. What the door refuses
+is an `ApiError` 400 whose `param` is the tensor's name (status.py: INVALID_ARGUMENT):
+
+    an input that is not one of DOOR_INPUTS      gateway-only (cache_namespace, resume_token_ids,
+                                                 cancel_request_id, team) or unknown
+    a datatype other than the table's            (Triton refuses it too)
+    a shape whose size is not its element count  a scalar with other than one element
+    raw bytes that do not parse, text not UTF-8  values out of range (GenerateBody's checks)
+
+Responses carry `llm`'s seven outputs as the real server sends them (raw contents, one per
+output, in order); a stream's responses also carry the `triton_final_response` parameter.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from pydantic import ValidationError
+from tritonclient.grpc import service_pb2
+
+from contracts.errors import ApiError, invalid_request
+from contracts.generation import Usage
+from contracts.llm_tensors import (
+    CACHED_TOKENS,
+    COMPLETION_TOKENS,
+    DISCARDED_TOKENS,
+    FINISH_REASON,
+    IGNORE_EOS,
+    LLM_OUTPUT_NAMES,
+    MAX_TOKENS,
+    OUTPUT_TOKEN_IDS,
+    PROMPT_TOKENS,
+    REQUEST_CLASS,
+    SEED,
+    STOP,
+    STREAM,
+    TEMPERATURE,
+    TEXT_INPUT,
+    TEXT_OUTPUT,
+    TOP_K,
+    TOP_P,
+    LlmInput,
+)
+from contracts.schemas import FIELD_HINTS, GenerateBody
+
+# `llm`'s inputs a team may send, and the body field each one fills (`stream` is the door's own).
+DOOR_INPUTS: dict[str, tuple[LlmInput, str]] = {
+    spec.name: (spec, field)
+    for spec, field in (
+        (TEXT_INPUT, "prompt"),
+        (MAX_TOKENS, "max_tokens"),
+        (STOP, "stop"),
+        (STREAM, "stream"),
+        (REQUEST_CLASS, "class"),
+        (TEMPERATURE, "temperature"),
+        (TOP_P, "top_p"),
+        (TOP_K, "top_k"),
+        (SEED, "seed"),
+        (IGNORE_EOS, "ignore_eos"),
+    )
+}
+# The body's fields as the door's caller names them.
+_NAME_OF_FIELD = {field: name for name, (_, field) in DOOR_INPUTS.items()} | {"model": "model_name", "request_id": "id"}
+# Request parameters tritonclient may send; any other is refused, as HTTP refuses unknown fields.
+KNOWN_PARAMETERS = frozenset(
+    {"sequence_id", "sequence_start", "sequence_end", "priority", "timeout", "triton_enable_empty_final_response"}
+)
+FINAL_PARAMETER = "triton_final_response"
+MODEL_VERSION = "1"
+_NUMPY_LE = {"INT32": "<i4", "INT64": "<i8", "FP32": "<f4", "BOOL": "?"}
+_CONTENTS_FIELD = {"INT32": "int_contents", "INT64": "int64_contents", "FP32": "fp32_contents", "BOOL": "bool_contents"}
+
+
+@dataclass(frozen=True, slots=True)
+class DoorRequest:
+    """One inference request, checked: the body to run, how to answer, and the id it came with."""
+
+    body: GenerateBody
+    stream: bool  # the `stream` input: False, one response with the whole reply
+    outputs: tuple[str, ...]  # the outputs asked for, in `llm`'s order (all when none named)
+    request_id: str  # as sent ("" when none: the reply carries the gateway's id)
+
+
+def parse_request(request: service_pb2.ModelInferRequest) -> DoorRequest:
+    """The request's tensors as a validated body; `ApiError` 400 (param: the tensor) otherwise."""
+    for name in request.parameters:
+        if name not in KNOWN_PARAMETERS:
+            raise invalid_request(f"request parameter {name!r} is not accepted here", name, "unknown_parameter")
+    raw = list(request.raw_input_contents)
+    if raw and len(raw) != len(request.inputs):
+        raise invalid_request(f"{len(raw)} raw input contents for {len(request.inputs)} inputs", "raw_input_contents")
+    fields: dict[str, Any] = {"model": request.model_name}
+    if request.id:
+        fields["request_id"] = request.id
+    for index, tensor in enumerate(request.inputs):
+        known = DOOR_INPUTS.get(tensor.name)
+        if known is None:
+            raise invalid_request(
+                f"input {tensor.name!r} is not accepted at the door; inputs: {', '.join(DOOR_INPUTS)}",
+                tensor.name, "unknown_parameter",
+            )  # fmt: skip
+        spec, field = known
+        if field in fields:
+            raise invalid_request(f"input {tensor.name!r} is given twice", tensor.name)
+        values = tensor_values(spec, tensor, raw[index] if raw else None)
+        fields[field] = values if spec.is_list else values[0]
+    stream = bool(fields.pop("stream", True))
+    try:
+        body = GenerateBody.model_validate(fields)
+    except ValidationError as exc:
+        raise _invalid_tensors(exc) from None
+    asked = {output.name for output in request.outputs}
+    unknown = asked - set(LLM_OUTPUT_NAMES)
+    if unknown:
+        name = sorted(unknown)[0]
+        raise invalid_request(f"output {name!r} is not one of: {', '.join(LLM_OUTPUT_NAMES)}", name)
+    outputs = tuple(name for name in LLM_OUTPUT_NAMES if not asked or name in asked)
+    # `triton_enable_empty_final_response` needs nothing more: every reply ends with a response
+    # that carries its finish reason and the final flag, as `llm`'s do.
+    return DoorRequest(body, stream, outputs, request.id)
+
+
+def tensor_values(spec: LlmInput, tensor: Any, raw: bytes | None) -> list[Any]:
+    """One input's values as Python values (texts decoded), checked against the table."""
+    name = tensor.name
+    if tensor.datatype != spec.datatype:
+        raise invalid_request(f"input {name!r} must be {spec.datatype}, got {tensor.datatype or 'none'}", name)
+    values = _raw_values(spec, raw) if raw is not None else _content_values(spec, tensor.contents)
+    if values is None:
+        raise invalid_request(f"input {name!r}: its {spec.datatype} contents do not parse", name)
+    size = math.prod(tensor.shape) if tensor.shape else 0
+    if any(dim < 0 for dim in tensor.shape) or size != len(values):
+        raise invalid_request(f"input {name!r}: shape {list(tensor.shape)} but {len(values)} elements", name)
+    if not spec.is_list and len(values) != 1:
+        raise invalid_request(f"input {name!r} is a scalar: give one element (shape [1]), got {len(values)}", name)
+    if spec.datatype != "BYTES":
+        return values
+    try:
+        return [value.decode("utf-8") for value in values]
+    except UnicodeDecodeError as exc:
+        raise invalid_request(f"input {name!r} is not valid UTF-8 text: {exc.reason}", name) from None
+
+
+def _raw_values(spec: LlmInput, raw: bytes) -> list[Any] | None:
+    if spec.datatype == "BYTES":
+        return split_bytes(raw)
+    dtype = np.dtype(_NUMPY_LE[spec.datatype])
+    if len(raw) % dtype.itemsize:
+        return None
+    values: list[Any] = np.frombuffer(raw, dtype=dtype).tolist()
+    return values
+
+
+def _content_values(spec: LlmInput, contents: service_pb2.InferTensorContents) -> list[Any]:
+    if spec.datatype == "BYTES":
+        return list(contents.bytes_contents)
+    return list(getattr(contents, _CONTENTS_FIELD[spec.datatype]))
+
+
+def split_bytes(raw: bytes) -> list[bytes] | None:
+    """Triton's BYTES wire form (a 4-byte little-endian length, then the bytes, per element);
+    None when it does not parse."""
+    values: list[bytes] = []
+    offset = 0
+    while offset < len(raw):
+        if offset + 4 > len(raw):
+            return None
+        (length,) = struct.unpack_from("<I", raw, offset)
+        offset += 4
+        if offset + length > len(raw):
+            return None
+        values.append(raw[offset : offset + length])
+        offset += length
+    return values
+
+
+def _invalid_tensors(exc: ValidationError) -> ApiError:
+    """GenerateBody's complaint in the door's words: the tensor's name and what it must hold."""
+    errors = exc.errors()
+    messages = []
+    for error in errors:
+        field = str(error["loc"][0]) if error.get("loc") else ""
+        name = _NAME_OF_FIELD.get(field, field)
+        if error.get("type") == "missing":
+            messages.append(f"input {name!r} is required")
+            continue
+        hint = FIELD_HINTS.get(field)
+        messages.append(f"input {name!r} must be {hint}" if hint else f"input {name!r}: {error.get('msg')}")
+    first = str(errors[0]["loc"][0]) if errors and errors[0].get("loc") else ""
+    return invalid_request("; ".join(dict.fromkeys(messages)), _NAME_OF_FIELD.get(first, first) or None)
+
+
+def _bytes_output(name: str, text: str) -> tuple[service_pb2.ModelInferResponse.InferOutputTensor, bytes]:
+    data = text.encode("utf-8")
+    return service_pb2.ModelInferResponse.InferOutputTensor(name=name, datatype="BYTES", shape=[1]), (
+        struct.pack("<I", len(data)) + data
+    )
+
+
+def _int32_output(name: str, values: Sequence[int], scalar: bool) -> tuple[Any, bytes]:
+    shape = [1] if scalar else [len(values)]
+    tensor = service_pb2.ModelInferResponse.InferOutputTensor(name=name, datatype="INT32", shape=shape)
+    return tensor, np.asarray(values, dtype="<i4").tobytes()
+
+
+def infer_response(
+    model_name: str,
+    request_id: str,
+    outputs: Iterable[str],
+    *,
+    text: str,
+    token_ids: Sequence[int],
+    finish_reason: str,
+    usage: Usage,
+    completion_tokens: int,
+    final: bool | None,
+) -> service_pb2.ModelInferResponse:
+    """One `llm` response: `text`/`token_ids` since the previous one, the totals so far, and
+    with `final` set (a stream's responses) the `triton_final_response` parameter."""
+    values: Mapping[str, tuple[Any, bytes]] = {
+        TEXT_OUTPUT: _bytes_output(TEXT_OUTPUT, text),
+        OUTPUT_TOKEN_IDS: _int32_output(OUTPUT_TOKEN_IDS, token_ids, scalar=False),
+        FINISH_REASON: _bytes_output(FINISH_REASON, finish_reason),
+        PROMPT_TOKENS: _int32_output(PROMPT_TOKENS, [usage.prompt_tokens], scalar=True),
+        CACHED_TOKENS: _int32_output(CACHED_TOKENS, [usage.cached_tokens], scalar=True),
+        COMPLETION_TOKENS: _int32_output(COMPLETION_TOKENS, [completion_tokens], scalar=True),
+        DISCARDED_TOKENS: _int32_output(DISCARDED_TOKENS, [usage.discarded_tokens], scalar=True),
+    }
+    response = service_pb2.ModelInferResponse(model_name=model_name, model_version=MODEL_VERSION, id=request_id)
+    for name in outputs:
+        tensor, raw = values[name]
+        response.outputs.append(tensor)
+        response.raw_output_contents.append(raw)
+    if final is not None:
+        response.parameters[FINAL_PARAMETER].bool_param = final
+    return response

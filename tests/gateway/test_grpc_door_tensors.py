@@ -1,0 +1,147 @@
+"""The door's translation, without a server: tensors (raw or typed contents) to the body HTTP
+validates, responses in `llm`'s shape, and failures to gRPC status codes."""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+import grpc
+import numpy as np
+import pytest
+from tritonclient.grpc import InferResult, service_pb2
+
+from contracts.errors import ApiError, invalid_request
+from contracts.generation import BackendError, BackendUnavailable, Usage
+from contracts.llm_tensors import LLM_OUTPUT_NAMES
+from gateway.grpc_door.status import door_status
+from gateway.grpc_door.tensors import infer_response, parse_request, split_bytes
+
+Tensor: Any = service_pb2.ModelInferRequest.InferInputTensor
+
+
+def raw_bytes(*values: bytes) -> bytes:
+    return b"".join(struct.pack("<I", len(v)) + v for v in values)
+
+
+def request(*inputs: tuple[Any, bytes], **fields: str) -> service_pb2.ModelInferRequest:
+    message = service_pb2.ModelInferRequest(model_name=fields.get("model", "small"), id=fields.get("id", ""))
+    for item, raw in inputs:
+        message.inputs.append(item)
+        message.raw_input_contents.append(raw)
+    return message
+
+
+PROMPT = (Tensor(name="text_input", datatype="BYTES", shape=[1]), raw_bytes(b"hi there"))
+MAX_TOKENS = (Tensor(name="max_tokens", datatype="INT32", shape=[1]), np.array([7], "<i4").tobytes())
+
+
+def test_raw_tensors_become_the_body_http_validates() -> None:
+    stop = (Tensor(name="stop", datatype="BYTES", shape=[2]), raw_bytes(b"\n", "é".encode()))
+    top_p = (Tensor(name="top_p", datatype="FP32", shape=[1]), np.array([0.5], "<f4").tobytes())
+    stream = (Tensor(name="stream", datatype="BOOL", shape=[1]), b"\x00")
+    parsed = parse_request(request(PROMPT, MAX_TOKENS, stop, top_p, stream, id="r-1"))
+    body = parsed.body
+    assert (body.model, body.prompt, body.max_tokens, body.stop, body.top_p) == (
+        "small",
+        "hi there",
+        7,
+        ["\n", "é"],
+        0.5,
+    )
+    assert body.request_id == "r-1" and parsed.stream is False and parsed.outputs == LLM_OUTPUT_NAMES
+
+
+def test_typed_contents_are_read_too() -> None:
+    message = service_pb2.ModelInferRequest(model_name="small")
+    message.inputs.append(
+        Tensor(
+            name="text_input",
+            datatype="BYTES",
+            shape=[1],
+            contents=service_pb2.InferTensorContents(bytes_contents=[b"hi"]),
+        )
+    )
+    message.inputs.append(
+        Tensor(
+            name="max_tokens", datatype="INT32", shape=[1], contents=service_pb2.InferTensorContents(int_contents=[2])
+        )
+    )
+    assert parse_request(message).body.max_tokens == 2
+
+
+@pytest.mark.parametrize(
+    ("bad", "param"),
+    [
+        ((Tensor(name="text_input", datatype="BYTES", shape=[1]), b"\x09\x00\x00\x00hi"), "text_input"),  # cut short
+        ((Tensor(name="text_input", datatype="BYTES", shape=[1]), raw_bytes(b"\xff\xfe")), "text_input"),  # not UTF-8
+        ((Tensor(name="text_input", datatype="BYTES", shape=[2]), raw_bytes(b"a", b"b")), "text_input"),  # not a scalar
+        ((Tensor(name="text_input", datatype="BYTES", shape=[3]), raw_bytes(b"a")), "text_input"),  # shape lies
+        ((Tensor(name="max_tokens", datatype="INT32", shape=[1]), b"\x01\x00\x00"), "max_tokens"),  # 3 bytes
+        ((Tensor(name="cache_namespace", datatype="BYTES", shape=[1]), raw_bytes(b"beta")), "cache_namespace"),
+        ((Tensor(name="team", datatype="BYTES", shape=[1]), raw_bytes(b"beta")), "team"),
+    ],
+)
+def test_bad_tensors_are_the_callers_400_naming_the_input(bad: tuple[Any, bytes], param: str) -> None:
+    inputs = [bad] + [item for item in (PROMPT, MAX_TOKENS) if item[0].name != bad[0].name]
+    with pytest.raises(ApiError) as refused:
+        parse_request(request(*inputs))
+    assert refused.value.status_code == 400 and refused.value.param == param and param in refused.value.message
+
+
+def test_a_gateway_only_request_parameter_is_refused() -> None:
+    message = request(PROMPT, MAX_TOKENS)
+    message.parameters["cache_namespace"].string_param = "beta"
+    with pytest.raises(ApiError) as refused:
+        parse_request(message)
+    assert refused.value.param == "cache_namespace"
+
+
+def test_split_bytes_never_reads_past_the_end() -> None:
+    assert split_bytes(raw_bytes(b"ab", b"")) == [b"ab", b""]
+    assert split_bytes(b"\x01\x00") is None and split_bytes(b"\xff\xff\xff\xffab") is None
+
+
+def test_a_response_reads_back_as_llm_s_through_tritonclient() -> None:
+    usage = Usage(prompt_tokens=5, cached_tokens=2, completion_tokens=3, discarded_tokens=1)
+    response = infer_response(
+        "small", "r-1", LLM_OUTPUT_NAMES, text="héllo", token_ids=[1, 2, 3], finish_reason="stop", usage=usage,
+        completion_tokens=3, final=True,
+    )  # fmt: skip
+    result = InferResult(response)
+    assert result.as_numpy("text_output")[0].decode() == "héllo"
+    assert result.as_numpy("output_token_ids").tolist() == [1, 2, 3]
+    assert [int(result.as_numpy(n)[0]) for n in ("prompt_tokens", "cached_tokens", "discarded_tokens")] == [5, 2, 1]
+    assert response.parameters["triton_final_response"].bool_param is True
+
+
+@pytest.mark.parametrize(
+    ("exc", "code", "retry"),
+    [
+        (invalid_request("max_tokens too large", "max_tokens"), grpc.StatusCode.INVALID_ARGUMENT, None),
+        (ApiError(401, "authentication_error", "no key"), grpc.StatusCode.UNAUTHENTICATED, None),
+        (ApiError(403, "permission_error", "not yours"), grpc.StatusCode.PERMISSION_DENIED, None),
+        (ApiError(404, "not_found_error", "no such model"), grpc.StatusCode.NOT_FOUND, None),
+        (
+            ApiError(429, "rate_limit_error", "over share", None, {"Retry-After": "7"}),
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            "7",
+        ),
+        (ApiError(503, "service_unavailable", "full", None, {"Retry-After": "3"}), grpc.StatusCode.UNAVAILABLE, "3"),
+        (BackendUnavailable("no server", retry_after_s=4), grpc.StatusCode.UNAVAILABLE, "4"),
+        (BackendError("engine died"), grpc.StatusCode.INTERNAL, None),
+        (RuntimeError("a bug"), grpc.StatusCode.INTERNAL, None),
+    ],
+)
+def test_failures_map_to_one_status_each(exc: BaseException, code: grpc.StatusCode, retry: str | None) -> None:
+    status = door_status(exc)
+    assert status.code == code and status.retry_after_s == retry
+    assert (("retry-after", retry),) == status.trailing_metadata if retry else status.trailing_metadata == ()
+    if retry:
+        assert f"retry after {retry} s" in status.message
+    assert "a bug" not in status.message  # a gateway bug's text stays in the log
+
+
+def test_a_prompt_param_is_named_as_its_tensor() -> None:
+    status = door_status(invalid_request("the prompt leaves no room", "prompt"))
+    assert "input 'text_input'" in status.message

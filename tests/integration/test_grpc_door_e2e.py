@@ -1,0 +1,191 @@
+"""The gRPC front door on the live stack, through unmodified `tritonclient.grpc` and
+`tritonclient.grpc.aio`: the replies `/v1/generate` gives, a cancel that frees the server's KV,
+keys and shares enforced, a server killed mid-stream resumed token for token, usage counted once."""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import threading
+import time
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import grpc
+import httpx
+import numpy as np
+import pytest
+import redis
+import tritonclient.grpc as triton_sync
+import tritonclient.grpc.aio as triton_aio
+from tritonclient.grpc import service_pb2, service_pb2_grpc
+from tritonclient.utils import InferenceServerException
+
+from bench.live import read_kv_metrics
+from fleet.launch.process import wait_until
+from quota.keys import SyncKeyStore
+
+from .conftest import LiveGateway, TritonPool
+from .test_failover_e2e import MAX_TOKENS, Fleet, _llm_requests, fleet  # noqa: F401 - `fleet` is a fixture
+
+pytestmark = pytest.mark.integration
+
+PROMPT = "The quick brown fox"
+
+
+def _inputs(prompt: str, max_tokens: int, *, seed: int | None = None) -> list[Any]:
+    """Greedy (or seeded sampling), `ignore_eos`: the inputs `llm` documents (docs/tensors.md)."""
+    values: list[tuple[str, Any, str]] = [
+        ("text_input", np.array([prompt.encode()], dtype=np.object_), "BYTES"),
+        ("max_tokens", np.array([max_tokens], dtype=np.int32), "INT32"),
+        ("ignore_eos", np.array([True]), "BOOL"),
+    ]
+    if seed is not None:
+        values += [("temperature", np.array([0.9], np.float32), "FP32"), ("seed", np.array([seed], np.int64), "INT64")]
+    inputs = []
+    for name, array, datatype in values:
+        item = triton_sync.InferInput(name, list(array.shape), datatype)
+        item.set_data_from_numpy(array)
+        inputs.append(item)
+    return inputs
+
+
+def _bearer(key: str) -> dict[str, str]:
+    return {"authorization": f"Bearer {key}"}
+
+
+async def _stream(
+    url: str,
+    model: str,
+    prompt: str,
+    max_tokens: int,
+    headers: dict[str, str],
+    *,
+    seed: int | None = None,
+    started: threading.Event | None = None,
+) -> dict[str, Any]:
+    """One request on a tritonclient.grpc.aio stream: its text, token ids and final outputs;
+    `started` is set once two tokens are in."""
+
+    async def one() -> AsyncIterator[dict[str, Any]]:
+        yield {"model_name": model, "inputs": _inputs(prompt, max_tokens, seed=seed)}
+
+    client = triton_aio.InferenceServerClient(url)
+    text, token_ids, final = [], [], {}
+    try:
+        async for result, error in client.stream_infer(one(), headers=headers):
+            assert error is None, error
+            text.append(result.as_numpy("text_output")[0].decode("utf-8", errors="replace"))
+            token_ids += result.as_numpy("output_token_ids").tolist()
+            if started is not None and len(token_ids) >= 2:
+                started.set()
+            if result.get_response().parameters["triton_final_response"].bool_param:
+                final = {n: result.as_numpy(n)[0] for n in ("finish_reason", "completion_tokens", "prompt_tokens")}
+                break
+    finally:
+        await client.close()
+    return {"text": "".join(text), "token_ids": token_ids, "final": final}
+
+
+def _usage(live_gateway: LiveGateway) -> dict[str, int]:
+    rows = httpx.get(f"{live_gateway.url}/v1/usage", timeout=10, headers=live_gateway.headers).json()["data"]
+    return {k: sum(row[k] for row in rows) for k in ("requests", "completion_tokens")}
+
+
+def test_replies_equal_http_and_usage_is_counted_once(live_gateway: LiveGateway, triton_pool: TritonPool) -> None:
+    model, headers = triton_pool.model_id, _bearer(live_gateway.api_key)
+    body = {"model": model, "prompt": PROMPT, "max_tokens": 24, "ignore_eos": True}
+    http = httpx.post(f"{live_gateway.url}/v1/generate", json=body, timeout=60, headers=live_gateway.headers).json()
+    before = _usage(live_gateway)
+
+    client = triton_sync.InferenceServerClient(live_gateway.grpc_url)
+    whole = client.infer(model, _inputs(PROMPT, 24), headers=headers)
+    client.close()
+    streamed = asyncio.run(_stream(live_gateway.grpc_url, model, PROMPT, 24, headers))
+
+    assert whole.as_numpy("text_output")[0].decode() == http["text"] == streamed["text"]
+    assert whole.as_numpy("output_token_ids").tolist() == streamed["token_ids"]
+    assert int(whole.as_numpy("completion_tokens")[0]) == http["usage"]["completion_tokens"] == 24
+    assert streamed["final"]["finish_reason"] == b"length" and int(streamed["final"]["completion_tokens"]) == 24
+    deadline = time.monotonic() + 30  # usage is written just after each reply ends
+    while (after := _usage(live_gateway))["requests"] < before["requests"] + 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert after == {"requests": before["requests"] + 2, "completion_tokens": before["completion_tokens"] + 48}
+    metrics = httpx.get(f"{live_gateway.url}/metrics", timeout=10).text
+    assert 'switchyard_usage_door_requests_total{door="grpc",model="tiny",team="e2e"}' in metrics
+
+
+def test_stop_stream_cancel_requests_frees_the_kv(live_gateway: LiveGateway, triton_pool: TritonPool) -> None:
+    responses: queue.Queue[tuple[Any, Any]] = queue.Queue()
+    client = triton_sync.InferenceServerClient(live_gateway.grpc_url)
+    client.start_stream(lambda result, error: responses.put((result, error)), headers=_bearer(live_gateway.api_key))
+    client.async_stream_infer(triton_pool.model_id, _inputs("cancel me " * 20, 4000), request_id="door-cancel-1")
+    _, error = responses.get(timeout=60)
+    assert error is None, error
+    kv_used = "nv_trt_llm_kv_cache_block_metrics.used"
+    assert wait_until(lambda: read_kv_metrics(triton_pool.metrics_url)[kv_used] > 0, 10)
+    client.stop_stream(cancel_requests=True)
+    client.close()
+    assert wait_until(lambda: read_kv_metrics(triton_pool.metrics_url)[kv_used] == 0, 15)
+    cancelled = httpx.delete(f"{live_gateway.url}/v1/generate/door-cancel-1", timeout=10, headers=live_gateway.headers)
+    assert cancelled.json()["status"] == "cancelled", cancelled.text  # it ended as cancelled, billed so far
+
+
+def test_a_bad_key_and_over_share(live_gateway: LiveGateway, triton_pool: TritonPool) -> None:
+    client = triton_sync.InferenceServerClient(live_gateway.grpc_url)
+    with pytest.raises(InferenceServerException) as refused:
+        client.infer(triton_pool.model_id, _inputs(PROMPT, 4), headers=_bearer("sy-made-up"))
+    assert refused.value.status() == "StatusCode.UNAUTHENTICATED"
+    client.close()
+
+    with redis.Redis.from_url(live_gateway.config.redis_url("admin")) as admin:
+        capped = _bearer(SyncKeyStore(admin, live_gateway.config.teams).create("e2e-capped"))  # 600 tokens in flight
+    started = threading.Event()
+    with ThreadPoolExecutor(1) as pool:
+        long = pool.submit(
+            asyncio.run, _stream(live_gateway.grpc_url, triton_pool.model_id, PROMPT, 500, capped, started=started)
+        )
+        assert started.wait(60)
+        with grpc.insecure_channel(live_gateway.grpc_url) as channel:  # a raw call, to read the trailer
+            request = service_pb2.ModelInferRequest(model_name=triton_pool.model_id)
+            for item in _inputs(PROMPT, 200):
+                request.inputs.append(item._get_tensor())
+                request.raw_input_contents.append(item._get_content())
+            with pytest.raises(grpc.RpcError) as over:
+                service_pb2_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request, metadata=tuple(capped.items()))
+        assert long.result(timeout=120)["final"]["finish_reason"] == b"length"
+    error: Any = over.value
+    assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, error.details()
+    assert "retry after" in error.details()
+    assert int(dict(error.trailing_metadata())["retry-after"]) >= 1
+
+
+def test_a_server_killed_mid_stream_resumes_token_for_token(fleet: Fleet, live_gateway: LiveGateway) -> None:  # noqa: F811
+    url, headers = live_gateway.grpc_url, _bearer(live_gateway.api_key)
+    prompts = [f"door failover story {i} about a river" for i in range(6)]
+    seeds = [None if i % 2 == 0 else 2000 + i for i in range(6)]
+
+    def run(prompt: str, seed: int | None, started: threading.Event) -> dict[str, Any]:
+        return asyncio.run(_stream(url, "tiny", prompt, MAX_TOKENS, headers, seed=seed, started=started))
+
+    with ThreadPoolExecutor(6) as pool:
+        reference = list(pool.map(lambda ps: run(ps[0], ps[1], threading.Event()), zip(prompts, seeds, strict=True)))
+        received = {name: _llm_requests(server)[0] for name, server in fleet.servers.items()}
+        started = [threading.Event() for _ in prompts]
+        futures = [pool.submit(run, p, s, e) for p, s, e in zip(prompts, seeds, started, strict=True)]
+        assert wait_until(lambda: all(e.is_set() for e in started), 60), "the streams never got going"
+        log = live_gateway.config.var_path / "logs" / "gw.log"
+        failovers_before = log.read_text().count("trying another")
+        load = {
+            name: (held, taken - received[name])
+            for name, server in fleet.servers.items()
+            for taken, held in [_llm_requests(server)]
+        }
+        fleet.kill(max(load, key=lambda name: load[name]))
+        replies = [future.result(timeout=120) for future in futures]
+    assert log.read_text().count("trying another") > failovers_before  # replies really were cut
+    for index, (got, want) in enumerate(zip(replies, reference, strict=True)):
+        assert got["token_ids"] == want["token_ids"], f"reply {index}"
+        assert got["final"]["finish_reason"] == b"length"
+        assert int(got["final"]["completion_tokens"]) == MAX_TOKENS  # each token counted once
