@@ -9,7 +9,7 @@ PORT    ?= 8000
 PACKAGES := config contracts engine bls gateway quota bulk build_engines switchyard bench router trtllm fleet
 SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: up test unit integration lint bench build redis clean
+.PHONY: up test unit integration lint bench build redis chromium clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +21,13 @@ redis:
 	@command -v redis-server >/dev/null 2>&1 || { \
 	  echo "installing redis-server with apt"; \
 	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq redis-server >/dev/null; }
+
+# Debian's chromium when it is missing: the console's browser tests drive it through
+# Playwright (tests/integration/test_console_browser.py); no browser is ever downloaded.
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  echo "installing chromium with apt"; \
+	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq chromium >/dev/null; }
 
 build: $(STAMP)
 	$(BIN)/switchyard build
@@ -37,10 +44,10 @@ lint: $(STAMP)
 unit: $(STAMP)
 	$(BIN)/pytest -q -m "not integration"
 
-integration: $(STAMP) redis
+integration: $(STAMP) redis chromium
 	$(BIN)/pytest -q -m integration
 
-test: $(STAMP) redis lint
+test: $(STAMP) redis chromium lint
 	$(BIN)/pytest -q
 
 bench: $(STAMP) redis build

@@ -82,6 +82,9 @@ class EngineSpec(_Strict):
     # A read with more tokens left than this yields the step to shorter prompts first
     # (engine/scheduler.py); None: reads in arrival order.
     long_prefill_tokens: Annotated[int, Field(ge=1)] | None = None
+    # A request for at most this many tokens goes before the long streams for its few steps
+    # (engine/scheduler.py, docs/latency.md): S1 on a CPU. None: off.
+    express_max_tokens: Annotated[int, Field(ge=1)] | None = 16
 
 
 class Ports(_Strict):
@@ -284,6 +287,10 @@ class GatewaySpec(_Strict):
     key_cache_s: Annotated[float, Field(ge=0)] = 2.0
     # Threads per gateway process that tokenize long prompts, off the event loop.
     tokenizer_threads: Annotated[int, Field(ge=1)] = 2
+    # Triton's gRPC protocol with team keys (gateway/grpc_door/, docs/grpc.md), served by every
+    # gateway worker on this port beside the HTTP one (switchyard.yaml: 8001). None: no door, so a
+    # configuration made for a test serves HTTP only unless it names a port.
+    grpc_port: Annotated[int, Field(ge=1, le=65535)] | None = None
 
 
 class SwitchyardConfig(_Strict):

@@ -227,14 +227,33 @@ def ready_message(stack: Stack, model_id: str) -> str:
         keys += f"; the admin key is in {_shown(stack.admin_key_path)}"
     return (
         f"\nSwitchyard is up: gateway {url}, pools {', '.join(stack.pool_ids)}, logs in "
-        f"{stack.config.var_path / 'logs'}\n\n"
+        f"{stack.config.var_path / 'logs'}\n"
+        f"Console: {url}/console  (sign in with a team's key; the admin key sees keys and fleet)\n\n"
         f"  curl -N {url}/v1/generate \\\n    {headers} \\\n"
         f'    -d \'{{"model": "{model_id}", "prompt": "Hello there", "max_tokens": 32, '
         f'"stream": true}}\'\n\n'
+        f"{_grpc_door_lines(stack, model_id)}"
         f"  Batches: switchyard batches submit FILE.jsonl --model {model_id} --deadline 6h  (docs/batches.md)\n"
         f"  Servers: switchyard servers; drain one: switchyard drain SERVER\n"
         f"{_autoscaler_line(stack)}\n"
         f"{keys}.\nCtrl-C stops everything.\n"
+    )
+
+
+def _grpc_door_lines(stack: Stack, model_id: str) -> str:
+    """A tritonclient example for the gRPC door (docs/grpc.md), when the gateway serves one."""
+    port = stack.config.gateway.grpc_port
+    if port is None:
+        return ""
+    key = f"open('{_shown(stack.dev_key_path)}').read().strip()" if stack.dev_key_path is not None else "KEY"
+    return (
+        f"  tritonclient (gRPC door {stack.config.gateway.host}:{port}, docs/grpc.md):\n"
+        f"    import numpy as np, tritonclient.grpc as g\n"
+        f"    c = g.InferenceServerClient('{stack.config.gateway.host}:{port}')\n"
+        f"    t = g.InferInput('text_input', [1], 'BYTES'); t.set_data_from_numpy(np.array([b'Hello there'], object))\n"
+        f"    m = g.InferInput('max_tokens', [1], 'INT32'); m.set_data_from_numpy(np.array([32], np.int32))\n"
+        f"    r = c.infer('{model_id}', [t, m], headers={{'authorization': 'Bearer ' + {key}}})\n"
+        f"    print(r.as_numpy('text_output')[0].decode())\n\n"
     )
 
 

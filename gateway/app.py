@@ -24,6 +24,7 @@ from contracts.catalog import ModelCatalog
 from contracts.chat_template import ChatTemplates
 from contracts.generation import GenerationBackend
 from gateway.auth import install_auth
+from gateway.console import install_console, open_console
 from gateway.deps import Services
 from gateway.edge_guard import EdgeGuard, install_edge
 from gateway.error_handlers import install_error_handlers
@@ -107,7 +108,7 @@ def create_app(
         )
         key_store = KeyStore(redis_client, loaded.teams, load_admin_key_hash(loaded.var_path))
         install_auth(app, key_store)
-        install_edge(app, loaded, settings, key_store)  # key, size and caps before any body is read
+        edge = install_edge(app, loaded, settings, key_store)  # key, size and caps before any body is read
         metering = install_metering(app, UsageMeter(redis_client))
         async with contextlib.AsyncExitStack() as stack:
             source = (
@@ -131,10 +132,23 @@ def create_app(
             app.state.chat_templates = templates  # the chat route's, shared with batch validation
             intake = BatchIntake(loaded, redis_client, LocalBlobStore(loaded.blob_path), models, templates)
             servers = ServerRegistry(redis_client, loaded.fleet.dead_after_s)
+            open_console(app, loaded, redis_client, key_store, source)  # its reads: the same stores
             app.state.services = Services(loaded, models, backend, registry, generation, admission, intake, servers)
+            door = contextlib.AsyncExitStack()  # closed first: its calls end before what they use
+            if settings.grpc_port is not None:  # the gRPC front door, on this worker's services
+                from gateway.grpc_door.server import serving_door  # tritonclient is heavy: only here
+
+                await door.enter_async_context(
+                    serving_door(
+                        loaded, settings.host or loaded.gateway.host, settings.grpc_port,
+                        services=app.state.services, keys=key_store, slots=edge.slots,
+                        metrics=app.state.metrics, workers=settings.workers,
+                    )
+                )  # fmt: skip
             try:
                 yield
             finally:
+                await door.aclose()
                 del app.state.services
                 await registry.close()
                 await backend.close()
@@ -148,4 +162,5 @@ def create_app(
     install_error_handlers(app)
     app.add_middleware(EdgeGuard)
     app.include_router(api_router)
+    install_console(app)  # /console: pages over a session cookie (gateway/console/)
     return app

@@ -14,6 +14,7 @@ route's multipart reader) ever sees a request the edge refuses:
 The limit is `gateway.max_body_bytes` for JSON, and `bulk.max_file_bytes` plus 1 MiB of form
 for the two multipart uploads (`POST /v1/files`, a native `POST /v1/batches`). A body must
 begin within `body_timeout_s`, never pause longer, and then keep up `min_body_bytes_per_s`.
+The console (/console) asks for no key here: it checks its own session cookie (gateway/console/).
 Health, readiness, metrics and the API docs stay public; once the body is in, the app reads
 the connection (a client hanging up) unhindered.
 """
@@ -42,7 +43,7 @@ logger = logging.getLogger(__name__)
 
 EDGE_STATE = "edge"  # app.state.edge: the Edge the lifespan built
 UPLOAD_FORM_BYTES = 1024 * 1024  # a multipart upload's fields and framing beside its file
-UPLOAD_PATHS = frozenset({"/v1/files", "/v1/batches"})
+UPLOAD_PATHS = frozenset({"/v1/files", "/v1/batches", "/console/batches"})  # the console's upload too
 _HOW_TO_GET_A_KEY = "an operator makes one with `switchyard keys create TEAM`"
 
 

@@ -79,6 +79,10 @@ class _KeyIndex:
         """Whether `key` is the admin key (constant-time compare of the hashes)."""
         return self._admin_key_hash is not None and matches_hash(key, self._admin_key_hash)
 
+    def is_admin_hash(self, key_hash: str) -> bool:
+        """Whether `key_hash` is the admin key's hash (a console session keeps only the hash)."""
+        return self._admin_key_hash is not None and hmac.compare_digest(key_hash.lower(), self._admin_key_hash.lower())
+
     def _static_team(self, key_hash: str) -> str | None:
         return self._static.get(key_hash)
 
@@ -120,6 +124,15 @@ class KeyStore(_KeyIndex):
     async def resolve(self, key: str) -> str | None:
         """The team `key` belongs to, or None when it is unknown (or its team is gone)."""
         key_hash = hash_key(key)
+        static = self._static_team(key_hash)
+        if static is not None:
+            return self._configured(static)
+        return self._configured(await self._redis.hget(KEYS_HASH, key_hash))
+
+    async def resolve_hash(self, key_hash: str) -> str | None:
+        """As `resolve`, for a key known only by its hash (a console session: a revoked key
+        ends its sessions at their next page)."""
+        key_hash = key_hash.lower()
         static = self._static_team(key_hash)
         if static is not None:
             return self._configured(static)

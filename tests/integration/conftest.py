@@ -151,6 +151,7 @@ class LiveGateway:
     config: SwitchyardConfig
     admin_key: str  # what the bulk dispatcher sends, acting for a team
     other_key: str  # a key of team `e2e-other`, which must not see `e2e`'s batches
+    grpc_url: str = ""  # the gRPC front door (host:port, as tritonclient.grpc takes it)
 
     @property
     def headers(self) -> dict[str, str]:
@@ -162,7 +163,7 @@ def live_gateway(triton_pool: TritonPool, tmp_path_factory: pytest.TempPathFacto
     """One gateway for the session's end-to-end tests: team `e2e` may use the tiny model.
 
     It has a Redis of its own: other suites empty the shared one before each test."""
-    port, redis_port = free_ports(2)
+    port, redis_port, grpc_port = free_ports(3)
     root = tmp_path_factory.mktemp("live_gateway")
     secrets_dir = triton_pool.config.secrets_path  # the same users the gateway's config names
     redis_server = RedisServer(redis_port, root / "redis", root / "redis.log", secrets_dir=secrets_dir)
@@ -170,7 +171,13 @@ def live_gateway(triton_pool: TritonPool, tmp_path_factory: pytest.TempPathFacto
     config = triton_pool.config.model_copy(
         update={
             "redis": triton_pool.config.redis.model_copy(update={"port": redis_server.port}),
-            "teams": {"e2e": TeamSpec(weight=1.0), "e2e-other": TeamSpec(weight=1.0)},
+            "teams": {
+                "e2e": TeamSpec(weight=1.0),
+                "e2e-other": TeamSpec(weight=1.0),
+                # Small enough that one long reply holds it all (the gRPC door's over-share test).
+                "e2e-capped": TeamSpec(weight=1.0, max_inflight_tokens=600),
+            },
+            "gateway": triton_pool.config.gateway.model_copy(update={"grpc_port": grpc_port}),
         }
     )
     keys = SyncKeyStore(redis.Redis.from_url(redis_server.url), config.teams)
@@ -199,6 +206,6 @@ def live_gateway(triton_pool: TritonPool, tmp_path_factory: pytest.TempPathFacto
         with process:
             assert wait_until(lambda: ready() or not process.alive(), 60), process.log_tail()
             assert process.alive(), process.log_tail()
-            yield LiveGateway(url, api_key, "e2e", config, admin_key, other_key)
+            yield LiveGateway(url, api_key, "e2e", config, admin_key, other_key, f"127.0.0.1:{grpc_port}")
     finally:
         redis_server.stop()

@@ -135,3 +135,4 @@ def test_make_up_keeps_a_dev_key_and_prints_the_curl_with_it(config_path: Path, 
     message = ready_message(again, "small")
     assert f'-H "Authorization: Bearer $(cat {stack.dev_key_path})"' in message
     assert "Ctrl-C stops everything" in message
+    assert f"Console: {again.gateway_url}/console" in message  # where people sign in (docs/console.md)
