@@ -2,22 +2,47 @@
 
 from __future__ import annotations
 
+import contextlib
+import random
 import socket
+from pathlib import Path
 from typing import Protocol
 
 from config.settings import Ports, SwitchyardConfig
 
+_EPHEMERAL_RANGE = "/proc/sys/net/ipv4/ip_local_port_range"
+_EPHEMERAL_FALLBACK = (32768, 60999)  # Linux's default
+_LOWEST_CHOSEN = 20000  # clear of the well-known and registered services most machines run
+
 
 def free_ports(count: int) -> list[int]:
-    """`count` distinct ports that were free a moment ago.
+    """`count` distinct ports that were free a moment ago, below the kernel's ephemeral range.
 
-    All sockets stay bound until every port is chosen: closing each one before binding the
-    next lets the kernel hand the same port out twice."""
-    sockets = [socket.socket() for _ in range(count)]
+    Below it, because a port the kernel handed out as free (bind to 0) comes from the range it
+    also gives every outgoing connection: on a busy machine a client's connection could take
+    it between the choice and the server's bind. All sockets stay bound until every port is
+    chosen, so no port is chosen twice."""
+    low, high = _EPHEMERAL_FALLBACK
+    with contextlib.suppress(OSError, ValueError):
+        low, high = (int(part) for part in Path(_EPHEMERAL_RANGE).read_text().split())
+    first, last = (_LOWEST_CHOSEN, low - 1) if low - 1 - _LOWEST_CHOSEN >= 1000 else (high + 1, 65535)
+    rng = random.SystemRandom()
+    sockets: list[socket.socket] = []
+    ports: list[int] = []
     try:
-        for sock in sockets:
-            sock.bind(("127.0.0.1", 0))
-        return [int(sock.getsockname()[1]) for sock in sockets]
+        while len(ports) < count:
+            port = rng.randint(first, last)
+            if port in ports:
+                continue
+            sock = socket.socket()
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                sock.close()
+                continue
+            sockets.append(sock)
+            ports.append(port)
+        return ports
     finally:
         for sock in sockets:
             sock.close()

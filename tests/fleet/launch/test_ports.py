@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
 
 from config.settings import Ports, SwitchyardConfig, load_config
-from fleet.launch.ports import ConfiguredPorts, FreePorts, port_free
+from fleet.launch.ports import ConfiguredPorts, FreePorts, free_ports, port_free
 
 
 def test_copy_k_uses_the_pool_ports_plus_ten_k() -> None:
@@ -58,3 +59,14 @@ def test_copies_that_would_share_a_port_are_refused_at_load() -> None:
         _config(copies=11, large_http=9201)
     with pytest.raises(ValidationError, match="above 65535"):
         _config(copies=2, large_http=65528, large_copies=2)
+
+
+def test_free_ports_lie_below_the_range_outgoing_connections_take() -> None:
+    """A port from the ephemeral range may be taken by any client's connection before the
+    server binds it (a flake seen on a busy machine): chosen ports stay out of it."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    chosen = free_ports(50)
+    assert len(set(chosen)) == 50
+    assert all(port < low for port in chosen)
+    for port in chosen[:5]:  # free when chosen: a server can bind them
+        assert port_free("127.0.0.1", port)
