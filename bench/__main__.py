@@ -14,6 +14,7 @@ import shutil
 import sys
 
 from bench import (
+    bench_chaos,
     bench_edge,
     bench_grpc_door,
     bench_prefill,
@@ -117,7 +118,9 @@ def run_live(names: list[str], base: SwitchyardConfig | None = None) -> dict[str
         try:
             door_url = f"{config.gateway.host}:{config.gateway.grpc_port}"
             triton_url = f"127.0.0.1:{config.pools['bench-small'].ports.grpc}"
-            results["grpc-door"] = bench_grpc_door.run(door_url, triton_url, "bench-small", config, teams["bench"])
+            results["grpc-door"] = bench_grpc_door.run(
+                door_url, triton_url, "bench-small", config, teams["bench"], http_url=stack.gateway_url
+            )
         finally:
             stack.stop()
     if "sim-trust" in names:  # one server streaming every step's tokens: a stack of its own
@@ -131,8 +134,13 @@ def run_live(names: list[str], base: SwitchyardConfig | None = None) -> dict[str
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["chaos"]:  # its own flags (--minutes, --seed, ...); never part of "all"
+        return bench_chaos.main(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
-    parser.add_argument("names", nargs="*", help=f"subset of {[*OFFLINE, *LIVE]} (default: all)")
+    parser.add_argument(
+        "names", nargs="*", help=f"subset of {[*OFFLINE, *LIVE]} (default: all); `chaos [--minutes N --seed S]` alone"
+    )
     args = parser.parse_args(argv)
     names = args.names or [*OFFLINE, *LIVE]
     unknown = set(names) - {*OFFLINE, *LIVE}
