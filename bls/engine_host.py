@@ -152,6 +152,12 @@ class EngineHost:
                 0,
             )
             self._send(entry, aborted)
+        # Last, drop the publisher: Triton's metric families must be freed while the stub can
+        # still tell the server. One still alive when the stub tears down is freed after the
+        # stub's shared memory and crashes it (SIGSEGV in Metric::SaveToSharedMemory: every
+        # stop of a server, docs/tensors.md). A sender thread that outlived `timeout` keeps
+        # its own reference until its pass ends.
+        self._publisher = None
 
     # --- called from Triton's execute --------------------------------------------------------
 
@@ -205,12 +211,13 @@ class EngineHost:
         Metrics go first: the stats already cover the step whose outputs are sent next, so a
         client that scrapes right after its first token sees the blocks that token holds.
         """
-        if self._publisher is not None:
-            self._publisher.publish(self._loop.stats())
+        publisher = self._publisher  # once: stop() drops it
+        if publisher is not None:
+            publisher.publish(self._loop.stats())
         now = self._clock()
-        if self._publisher is not None and now >= self._next_heartbeat_at:
+        if publisher is not None and now >= self._next_heartbeat_at:
             self._next_heartbeat_at = now + self._heartbeat_interval_s
-            self._publisher.heartbeat(self._wall_clock())
+            publisher.heartbeat(self._wall_clock())
         # is_cancelled() is a round trip to the Triton server: ask at most every cancel_poll_s.
         poll_cancels = now >= self._next_cancel_poll_at
         if poll_cancels:

@@ -64,7 +64,7 @@ class LlmEngineGauges:
     ) -> None:
         if interval_s <= 0:
             raise ValueError(f"interval_s must be > 0, got {interval_s}")
-        self._writer = writer
+        self._writer: GaugeWriter | None = writer  # None once stopped
         self._interval_s = interval_s
         self._wall_clock = wall_clock
         self._lock = threading.Lock()
@@ -101,10 +101,14 @@ class LlmEngineGauges:
             return dict(self._counts)
 
     def publish(self) -> None:
-        """One pass: the heartbeat, then every class count (the writer skips unchanged ones)."""
-        self._writer.heartbeat(self._wall_clock())
+        """One pass: the heartbeat, then every class count (the writer skips unchanged ones);
+        nothing once stopped."""
+        writer = self._writer
+        if writer is None:
+            return
+        writer.heartbeat(self._wall_clock())
         for request_class, count in self.counts().items():
-            self._writer.set_gauge(GaugeSample(CLASS_METRIC, request_class.value, count))
+            writer.set_gauge(GaugeSample(CLASS_METRIC, request_class.value, count))
 
     def start(self) -> None:
         if self._thread is not None:
@@ -116,6 +120,9 @@ class LlmEngineGauges:
         self._stopping.set()
         if self._thread is not None:
             self._thread.join(timeout)
+        # The writer holds Triton's metric families: they must be freed now, while the stub can
+        # still tell the server, not at its teardown (a SIGSEGV: see bls/engine_host.py).
+        self._writer = None
 
     def _run(self) -> None:
         while True:

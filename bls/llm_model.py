@@ -92,7 +92,10 @@ class LlmModel:
         )
 
     def close(self) -> None:
-        """Stop the gauges' thread and the workers; replies still waiting are dropped."""
+        """Stop the gauges' thread and the workers; replies still waiting are dropped.
+
+        Stopped gauges let go of Triton's metric families, which must be freed while the stub
+        can still tell the server, not at its teardown (a SIGSEGV, see bls/engine_host.py)."""
         if self._gauges is not None:
             self._gauges.stop()
         self._executor.shutdown(wait=False, cancel_futures=True)

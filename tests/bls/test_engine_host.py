@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 
@@ -258,6 +259,19 @@ def test_stop_sends_final_to_everything_still_open() -> None:
     assert loop.stopped
     outputs, final, _ = sink.sent[-1]
     assert final and outputs is not None and outputs["finish_reason"][0] == b"aborted"
+
+
+def test_stop_lets_go_of_the_publisher_so_triton_frees_its_metric_families_in_finalize() -> None:
+    """A `pb_utils.MetricFamily` still alive when the stub tears down is freed after the stub's
+    shared memory and crashes it (SIGSEGV in Metric::SaveToSharedMemory, on every stop)."""
+    loop, publisher = FakeLoop(), Publisher()
+    host = EngineHost(loop, publisher)
+    freed = weakref.ref(publisher)
+    del publisher
+    host.start()
+    host.stop(timeout=1.0)
+    assert freed() is None
+    host.pump()  # a pass after stop publishes nothing and does not fail
 
 
 def test_sender_thread_wakes_on_engine_output() -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import shutil
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -243,6 +244,18 @@ def test_a_cpp_engine_gets_llms_gauges_labelled_with_the_model_until_close(cpp_m
         model.close()
     assert gauge_threads() == []
     assert pb.calls == []
+
+
+def test_close_frees_the_metric_families_while_the_stub_still_runs(cpp_model_dir: Path) -> None:
+    """Families still alive at the stub's teardown crash it (see bls/engine_host.py's stop)."""
+    pb = FakePbUtils()
+    config = model_config(cpp_model_dir, engine_dialect="tensorrtllm_cpp", postprocess_in_process="false")
+    model = LlmModel.on_triton(pb, config, "llm", "7")
+    families = [weakref.ref(family) for family in pb.MetricFamily.made]
+    pb.MetricFamily.made.clear()
+    assert families and all(family() is not None for family in families)
+    model.close()
+    assert [family() for family in families] == [None] * len(families)
 
 
 @pytest.mark.parametrize(

@@ -6,12 +6,14 @@ import triton_python_backend_utils as pb_utils
 
 from bls.engine_shell import handle_triton_requests, triton_engine_host
 from bls.model_config import engine_config_from_parameters, model_parameters, param_path, require_decoupled
+from bls.stub_faults import enable_fault_log
 from engine.engine_loop import EngineLoop
 from engine.llm_engine import LLMEngine
 
 
 class TritonPythonModel:
     def initialize(self, args):
+        enable_fault_log()  # a crash leaves Python stacks in the server's log
         config = json.loads(args["model_config"])
         require_decoupled(config, True)
         params = model_parameters(config)

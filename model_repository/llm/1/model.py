@@ -7,10 +7,12 @@ import triton_python_backend_utils as pb_utils
 
 from bls.llm_model import LlmModel
 from bls.model_config import require_decoupled
+from bls.stub_faults import enable_fault_log
 
 
 class TritonPythonModel:
     def initialize(self, args):
+        enable_fault_log()  # a crash leaves Python stacks in the server's log
         config = json.loads(args["model_config"])
         require_decoupled(config, True)
         self._model = LlmModel.on_triton(pb_utils, config, args["model_name"], args["model_version"])

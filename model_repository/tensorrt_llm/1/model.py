@@ -8,12 +8,14 @@ import triton_python_backend_utils as pb_utils
 
 from bls.engine_shell import handle_triton_requests, triton_engine_host
 from bls.model_config import model_parameters, require_decoupled
+from bls.stub_faults import enable_fault_log
 from trtllm.engine_loop import LlmApiEngineLoop
 from trtllm.llm_config import MODEL_YAML, engine_limits, load_llm_args
 
 
 class TritonPythonModel:
     def initialize(self, args):
+        enable_fault_log()  # a crash leaves Python stacks in the server's log
         from tensorrt_llm import LLM, SamplingParams  # only on GPU hosts
 
         config = json.loads(args["model_config"])
