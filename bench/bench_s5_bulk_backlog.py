@@ -33,6 +33,7 @@ import redis
 
 from bench.common import write_result
 from bench.live import StreamTrace, load_tokenizer, percentile, prompt_of, stream_generate
+from config.redis_client import sync_redis_client
 from config.settings import SwitchyardConfig
 from fleet.stack import Stack
 
@@ -154,7 +155,7 @@ async def _ingest(stack: Stack, model: str, headers: dict[str, str], total: int)
     """Upload `total` requests; the seconds it took, and what was sent."""
     assert stack.gateway is not None and stack.gateway.pid is not None
     pgid, prompts = stack.gateway.pid, _prompts()
-    info = redis.Redis.from_url(stack.config.redis_url("admin"))
+    info = sync_redis_client(stack.config, "admin")
     files = iter(range(0, total, FILE_REQUESTS))
     tally = UploadTally(samples=[_sample(0, pgid, info)])  # the first sample: before any upload
 

@@ -36,10 +36,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
-import redis.asyncio
 
 from bench.common import write_result
 from bench.live import StreamTrace, load_tokenizer, prompt_of, read_inference_count, start_streams, stream_generate
+from config.redis_client import redis_client as admin_redis_client
 from fleet.stack import Stack
 from router.registry import ServerRegistry
 from router.routing_policy import ServerState
@@ -269,7 +269,7 @@ async def _scenario(stack: Stack, model: str, headers: dict[str, str]) -> dict[s
     ]  # fmt: skip
     short = {"model": model, "prompt": prompt_of(tokenizer, 32, seed=9), "max_tokens": NEW_MAX_TOKENS}
     server_ids = [f"{model}-{k}" for k in range(config.pools[model].target_copies)]
-    redis_client = redis.asyncio.Redis.from_url(config.redis_url("admin"))
+    redis_client = admin_redis_client(config, "admin")
     pool = Pool(
         server_ids,
         {sid: stack.metrics_url(model, k) for k, sid in enumerate(server_ids)},

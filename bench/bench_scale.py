@@ -34,9 +34,9 @@ from typing import Any
 
 import httpx
 import redis
-import redis.asyncio as aioredis
 
 from bench.common import write_result
+from config.redis_client import redis_client, sync_redis_client
 from config.settings import SwitchyardConfig, dump_config, load_config
 from contracts.engine_metrics import EngineHealth
 from contracts.generation import GenerationDelta, GenerationRequest, PoolReadiness
@@ -172,7 +172,7 @@ def _stand_in_fleet(config_path: str, size: int, stop: Any, busy: Any, quiet: An
 
     async def main() -> None:
         config = load_config(Path(config_path))
-        client = aioredis.Redis.from_url(config.redis_url("admin"))
+        client = redis_client(config, "admin")
         registry = ServerRegistry(client, config.fleet.dead_after_s)
         servers = [f"{POOL}-{i}" for i in range(size)]
         now = time.time()
@@ -212,7 +212,7 @@ def _gateway_worker(config_path: str, size: int, busy: Any, quiet: Any, results:
 
     async def main() -> dict[str, Any]:
         config = load_config(Path(config_path))
-        client = aioredis.Redis.from_url(config.redis_url("admin"), socket_timeout=2.0)
+        client = redis_client(config, "admin", socket_timeout=2.0)
         http = httpx.AsyncClient()
         directory = ServerDirectory(
             config, ServerRegistry(client, config.fleet.dead_after_s), LoadBoard(client), http,
@@ -423,8 +423,8 @@ async def _request_rows(config: SwitchyardConfig) -> list[dict[str, Any]]:
         capacity=StaticCapacity({POOL: 10_000_000}),
     )  # fmt: skip
     team = next(iter(config.teams))
-    key = SyncKeyStore(redis.Redis.from_url(config.redis_url("admin")), config.teams).create(team)
-    sync = redis.Redis.from_url(config.redis_url("admin"))
+    key = SyncKeyStore(sync_redis_client(config, "admin"), config.teams).create(team)
+    sync = sync_redis_client(config, "admin")
     rows: list[dict[str, Any]] = []
     transport = httpx.ASGITransport(app=app)
     async with (

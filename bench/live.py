@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
-import redis
 from tokenizers import Tokenizer
 
+from config.redis_client import sync_redis_client
 from config.settings import COPY_PORT_STRIDE, EngineSpec, PoolSpec, Ports, SwitchyardConfig, TeamSpec
 from engine.config import EngineConfig
 from fleet.launch.ports import free_ports, port_free
@@ -88,7 +88,7 @@ def start_stack(config: SwitchyardConfig) -> tuple[Stack, dict[str, dict[str, st
     stack = Stack(config)
     stack.start()
     try:
-        client = redis.Redis.from_url(config.redis_url("admin"))
+        client = sync_redis_client(config, "admin")
         client.flushall()  # leases and records of an earlier run would skew this one
         store = SyncKeyStore(client, config.teams)
         headers = {team: {"Authorization": f"Bearer {store.create(team)}"} for team in config.teams}

@@ -19,7 +19,6 @@ import socket
 import uuid
 
 import httpx
-import redis.asyncio as aioredis
 from prometheus_client import start_http_server
 
 from bulk.blob_store import LocalBlobStore
@@ -27,6 +26,7 @@ from bulk.dispatcher import Dispatcher
 from bulk.gateway_client import GatewaySubmitter
 from bulk.metrics import DispatcherMetrics
 from bulk.pool_loads import LivePoolLoads
+from config.redis_client import redis_client
 from config.settings import SwitchyardConfig
 from contracts.catalog import ModelCatalog
 from quota.admission import Admission
@@ -54,7 +54,7 @@ async def serve_dispatcher(config: SwitchyardConfig, gateway_url: str | None = N
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    client = aioredis.Redis.from_url(config.redis_url("dispatcher"), socket_timeout=10)
+    client = redis_client(config, "dispatcher", socket_timeout=10)
     timeout = httpx.Timeout(connect=5.0, read=None, write=30.0, pool=None)
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)
     async with (

@@ -6,6 +6,8 @@
       redis-dispatcher
       redis-fleet
       redis-users.acl            the ACL file redis-server loads (hashed passwords)
+      redis-replication          a replica's login to its primary (sentinel mode)
+      redis-sentinel             the sentinels' login to the data nodes and to each other
       triton-inference-key       the header value Triton demands on its inference endpoints
 
 Only reading lives here (every component reads its own file); `fleet/launch/secret_files.py`
@@ -26,6 +28,10 @@ RedisComponent = Literal["gateway", "dispatcher", "fleet", "admin"]
 REDIS_COMPONENTS: tuple[RedisComponent, ...] = get_args(RedisComponent)
 
 REDIS_ACL_FILE = "redis-users.acl"
+# Sentinel mode (docs/redis.md): a replica's login to its primary, and the sentinels' login to
+# the data nodes and to each other.
+REDIS_REPLICATION_FILE = "redis-replication"
+REDIS_SENTINEL_FILE = "redis-sentinel"
 TRITON_KEY_FILE = "triton-inference-key"
 # The header Triton checks on inference calls (lower case, as gRPC wants). Over gRPC Triton
 # reads it from the metadata key with its own prefix in front.

@@ -1,8 +1,9 @@
 """`redis:` in switchyard.yaml: where shared state lives and how each component logs in.
 
-Every Redis client of ours is made from `SwitchyardConfig.redis_url(component)`, never from a
-URL built by hand: the URL carries the component's ACL user and password, and `rediss://`
-with the CA and client certificate when `tls` is on.
+Every Redis client of ours is made by `config.redis_client` from these settings, never from a
+URL built by hand: it carries the component's ACL user and password, and TLS with the CA and
+client certificate when `tls` is on. With `sentinels` (docs/redis.md) a client asks them where
+the primary is and follows a failover; without, it connects to `host:port`.
 
     redis:
       host: redis.example.internal
@@ -13,12 +14,16 @@ with the CA and client certificate when `tls` is on.
       key_file: /etc/ssl/client.key
       users:                          # a managed Redis's own users, instead of ours
         gateway: {username: sy-gw, password_file: /run/secrets/redis-gw}
+      sentinels:                      # sentinel mode: host/port above are then unused
+        - {host: sentinel-0.example.internal, port: 26379}
+        - {host: sentinel-1.example.internal, port: 26379}
+      master_name: switchyard
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 from urllib.parse import quote, urlencode
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -37,6 +42,13 @@ class RedisUser(_Strict):
     password_file: str  # relative to the config's folder, or absolute
 
 
+class SentinelAddress(_Strict):
+    """One sentinel's address."""
+
+    host: str
+    port: Annotated[int, Field(ge=1, le=65535)] = 26379
+
+
 class RedisSpec(_Strict):
     """Where shared state lives. `make up` starts a local redis-server on this port, on
     127.0.0.1 only, with one ACL user per component and the `default` user off."""
@@ -51,26 +63,31 @@ class RedisSpec(_Strict):
     ca_file: str | None = None
     cert_file: str | None = None
     key_file: str | None = None
+    # Sentinel mode (docs/redis.md): the sentinels that watch the primary `master_name` and its
+    # replicas. Each component logs in to them as its own user, with its own password.
+    sentinels: tuple[SentinelAddress, ...] = ()
+    master_name: str = "switchyard"
 
     @property
     def address(self) -> str:
         """Where Redis is, for messages: never a credential."""
+        if self.sentinels:
+            hosts = ",".join(f"{s.host}:{s.port}" for s in self.sentinels)
+            return f"sentinel://{hosts}/{self.master_name}/{self.db}"
         return f"{'rediss' if self.tls else 'redis'}://{self.host}:{self.port}/{self.db}"
 
-    def url_for(self, component: RedisComponent, *, root: Path, secrets_path: Path) -> str:
-        """The URL `component` connects with: its user and password, TLS files as query
-        parameters (redis-py's `from_url` passes them to the SSL connection)."""
-        scheme = "rediss" if self.tls else "redis"
-        login = ""
-        if self.auth:
-            user = self.users.get(component)
-            username: str
-            if user is None:
-                username, password_path = component, secrets_path / redis_password_file(component)
-            else:
-                username, password_path = user.username, root / user.password_file
-            login = f"{quote(username, safe='')}:{quote(read_secret(password_path), safe='')}@"
-        query = {
+    def login_for(self, component: RedisComponent, *, root: Path, secrets_path: Path) -> tuple[str, str] | None:
+        """`component`'s user and password (None when `auth` is off)."""
+        if not self.auth:
+            return None
+        user = self.users.get(component)
+        if user is None:
+            return component, read_secret(secrets_path / redis_password_file(component))
+        return user.username, read_secret(root / user.password_file)
+
+    def _tls_files(self, root: Path) -> dict[str, str]:
+        """redis-py's SSL connection arguments for the configured files (none without TLS)."""
+        return {
             name: str(root / value)
             for name, value in (
                 ("ssl_ca_certs", self.ca_file),
@@ -79,6 +96,29 @@ class RedisSpec(_Strict):
             )
             if self.tls and value is not None
         }
+
+    def connection_options(self, component: RedisComponent, *, root: Path, secrets_path: Path) -> dict[str, Any]:
+        """redis-py connection arguments for `component` (login, db, TLS): what a Sentinel
+        client connects to the primary and to the sentinels with."""
+        options: dict[str, Any] = {"db": self.db}
+        login = self.login_for(component, root=root, secrets_path=secrets_path)
+        if login is not None:
+            options["username"], options["password"] = login
+        if self.tls:
+            options["ssl"] = True
+            options.update(self._tls_files(root))
+        return options
+
+    def url_for(self, component: RedisComponent, *, root: Path, secrets_path: Path) -> str:
+        """The URL `component` connects with (single-address mode): its user and password, TLS
+        files as query parameters (redis-py's `from_url` passes them to the SSL connection)."""
+        scheme = "rediss" if self.tls else "redis"
+        login = ""
+        credentials = self.login_for(component, root=root, secrets_path=secrets_path)
+        if credentials is not None:
+            username, password = credentials
+            login = f"{quote(username, safe='')}:{quote(password, safe='')}@"
+        query = self._tls_files(root)
         suffix = f"?{urlencode(query)}" if query else ""
         return f"{scheme}://{login}{self.host}:{self.port}/{self.db}{suffix}"
 

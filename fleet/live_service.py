@@ -31,6 +31,7 @@ import redis.asyncio
 from prometheus_client import start_http_server
 
 from bulk.batch_store import BatchStore
+from config.redis_client import redis_client
 from config.settings import AutoscalerSpec, PoolSpec, SwitchyardConfig
 from fleet.actuators import Actuator
 from fleet.autoscaler import Autoscaler
@@ -162,7 +163,7 @@ async def serve_autoscaler(
     profile_factory: ProfileFactory | None = None,
 ) -> None:
     """Run the autoscaler until `stop` is set, its metrics on `autoscaler.metrics_port` (0: none)."""
-    client = redis.asyncio.Redis.from_url(config.redis_url("fleet"), socket_timeout=5.0)
+    client = redis_client(config, "fleet", socket_timeout=5.0)
     metrics_server = None
     try:
         async with httpx.AsyncClient() as http:

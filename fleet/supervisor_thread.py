@@ -14,8 +14,7 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-import redis.asyncio
-
+from config.redis_client import redis_client
 from config.settings import SwitchyardConfig
 from fleet.launch.ports import PortAllocator
 from fleet.supervisor import Supervisor
@@ -81,7 +80,7 @@ class SupervisorThread:
 
     async def _main(self, timeout_s: float | None) -> None:
         self._loop, self._stopping = asyncio.get_running_loop(), asyncio.Event()
-        client = redis.asyncio.Redis.from_url(self._config.redis_url("fleet"))
+        client = redis_client(self._config, "fleet")
         try:
             registry = ServerRegistry(client, self._config.fleet.dead_after_s)
             supervisor = Supervisor(

@@ -10,6 +10,10 @@ names what to do and the request, and the process that runs the request acts on 
                                                                 Redis for worker 2 to follow
 
 One PUBLISH per cancel or attach: nothing is written per delta unless someone follows.
+
+When Redis goes away (a restart, a Sentinel failover: docs/redis.md) the process subscribes
+again, every `RESUBSCRIBE_S` until it is back; messages published in between are lost, as
+pub/sub loses them: a cancel then ends its request by the request's own deadline.
 """
 
 from __future__ import annotations
@@ -21,10 +25,12 @@ import logging
 from collections.abc import Awaitable, Callable
 
 import redis.asyncio as aioredis
+from redis.exceptions import RedisError
 
 logger = logging.getLogger(__name__)
 
 CHANNEL = "sy:requests"
+RESUBSCRIBE_S = 0.5
 
 
 class BusMessage(enum.Enum):
@@ -59,6 +65,14 @@ class RequestBus:
                 await self._task
 
     async def _listen(self, handler: BusHandler) -> None:
+        while True:
+            try:
+                await self._listen_once(handler)
+            except (RedisError, OSError) as exc:  # Redis restarted or failed over
+                logger.warning("request bus lost Redis (%s): subscribing again", exc)
+            await asyncio.sleep(RESUBSCRIBE_S)
+
+    async def _listen_once(self, handler: BusHandler) -> None:
         pubsub = self._redis.pubsub()
         await pubsub.subscribe(CHANNEL)
         self._subscribed.set()
@@ -73,4 +87,5 @@ class RequestBus:
                 except Exception:
                     logger.exception("applying %s of %s failed", kind, scoped_id)
         finally:
-            await pubsub.aclose()  # type: ignore[no-untyped-call]
+            with contextlib.suppress(RedisError, OSError):
+                await pubsub.aclose()  # type: ignore[no-untyped-call]

@@ -7,10 +7,10 @@ from __future__ import annotations
 import asyncio
 
 import httpx
-import redis.asyncio as aioredis
 from prometheus_client import Counter
 from tritonclient.grpc.aio import InferenceServerClient
 
+from config.redis_client import redis_client
 from config.settings import SwitchyardConfig
 from quota.load_board import LoadBoard
 from router.fleet_backend import FleetBackend
@@ -28,7 +28,7 @@ def fleet_backend(
     # Every inference call carries the key Triton demands (fleet/launch/triton_server.py):
     # only gateways hold it, so only they reach the models.
     streams = TritonBackend({}, {}, retry_after_s=retry_after_s, headers=config.triton_grpc_headers())
-    client = aioredis.Redis.from_url(config.redis_url("gateway"), socket_timeout=2.0, socket_connect_timeout=2.0)
+    client = redis_client(config, "gateway", socket_timeout=2.0, socket_connect_timeout=2.0)
     http = httpx.AsyncClient()
     closing: set[asyncio.Task[None]] = set()
 

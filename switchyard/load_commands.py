@@ -22,6 +22,7 @@ import os
 import sys
 import time
 
+from config.redis_client import redis_client
 from config.settings import SwitchyardConfig
 from switchyard.load_generator import IntervalReport, LoadGenerator
 from switchyard.load_ramp import Ramp
@@ -79,14 +80,13 @@ def load(config: SwitchyardConfig, args: argparse.Namespace) -> int:
 async def rehearse(config: SwitchyardConfig, pool_ids: list[str], ramp: Ramp, start_at: float) -> int:
     """Queue the ramp, shifted one day back from `start_at`, for the autoscaler of each pool:
     one rate per autoscaler interval (what it would have recorded). Returns the points taught."""
-    import redis.asyncio
 
     from fleet.load_profile import DAY_S
     from fleet.rate_history import RateHistory
 
     step = config.autoscaler.interval_s
     points = [(start_at - DAY_S + i * step, ramp.rate_at(i * step)) for i in range(int(ramp.duration_s / step) + 1)]
-    client = redis.asyncio.Redis.from_url(config.redis_url("admin"))
+    client = redis_client(config, "admin")
     try:
         history = RateHistory(client)
         return sum([await history.teach(pool_id, points) for pool_id in pool_ids])

@@ -18,6 +18,7 @@ from datetime import UTC, datetime, timedelta
 import redis
 import redis.asyncio
 
+from config.redis_client import redis_client, sync_redis_client
 from config.settings import SwitchyardConfig
 from quota.keys import SyncKeyStore, UnknownTeam
 from quota.usage import UsageMeter, UsageRow, as_utc, sum_rows
@@ -33,7 +34,7 @@ def _unreachable(config: SwitchyardConfig, exc: Exception) -> int:
 
 
 def keys_create(config: SwitchyardConfig, args: argparse.Namespace) -> int:
-    store = SyncKeyStore(redis.Redis.from_url(config.redis_url("admin")), config.teams)
+    store = SyncKeyStore(sync_redis_client(config, "admin"), config.teams)
     try:
         key = store.create(args.team)
     except UnknownTeam as exc:
@@ -47,7 +48,7 @@ def keys_create(config: SwitchyardConfig, args: argparse.Namespace) -> int:
 
 
 def keys_list(config: SwitchyardConfig, args: argparse.Namespace) -> int:
-    store = SyncKeyStore(redis.Redis.from_url(config.redis_url("admin")), config.teams)
+    store = SyncKeyStore(sync_redis_client(config, "admin"), config.teams)
     try:
         entries = store.list()
     except redis.RedisError as exc:
@@ -58,7 +59,7 @@ def keys_list(config: SwitchyardConfig, args: argparse.Namespace) -> int:
 
 
 def keys_revoke(config: SwitchyardConfig, args: argparse.Namespace) -> int:
-    store = SyncKeyStore(redis.Redis.from_url(config.redis_url("admin")), config.teams)
+    store = SyncKeyStore(sync_redis_client(config, "admin"), config.teams)
     try:
         matches = [e for e in store.list() if e.source == "redis" and e.key_hash.startswith(args.prefix.lower())]
         if len(matches) != 1:
@@ -91,7 +92,7 @@ def usage(config: SwitchyardConfig, args: argparse.Namespace) -> int:
         print(str(exc), file=sys.stderr)
         return 2
     try:
-        rows = asyncio.run(_query_usage(config.redis_url("admin"), args.team, start, now, args.hourly))
+        rows = asyncio.run(_query_usage(config, args.team, start, now, args.hourly))
     except redis.RedisError as exc:
         return _unreachable(config, exc)
     print(f"usage from {start:%Y-%m-%d %H:%M} to {now:%Y-%m-%d %H:%M} UTC (whole hours that overlap)")
@@ -99,8 +100,10 @@ def usage(config: SwitchyardConfig, args: argparse.Namespace) -> int:
     return 0
 
 
-async def _query_usage(url: str, team: str | None, start: datetime, end: datetime, hourly: bool) -> list[UsageRow]:
-    client = redis.asyncio.Redis.from_url(url)
+async def _query_usage(
+    config: SwitchyardConfig, team: str | None, start: datetime, end: datetime, hourly: bool
+) -> list[UsageRow]:
+    client = redis_client(config, "admin")
     try:
         return await UsageMeter(client).query(team, start, end, by_hour=hourly)
     finally:

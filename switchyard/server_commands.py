@@ -19,6 +19,7 @@ import httpx
 import redis
 import redis.asyncio
 
+from config.redis_client import redis_client
 from config.settings import SwitchyardConfig
 from contracts.engine_metrics import EngineHealth, parse_engine_health
 from fleet.pool_targets import PoolTarget, PoolTargetStore
@@ -65,7 +66,7 @@ def target_row(target: PoolTarget, infos: list[ServerInfo]) -> list[str]:
 
 
 async def _targets(config: SwitchyardConfig, pool_ids: list[str]) -> dict[str, PoolTarget]:
-    client = redis.asyncio.Redis.from_url(config.redis_url("admin"))
+    client = redis_client(config, "admin")
     try:
         return await PoolTargetStore(client).read(pool_ids)
     finally:
@@ -74,7 +75,7 @@ async def _targets(config: SwitchyardConfig, pool_ids: list[str]) -> dict[str, P
 
 def drain(config: SwitchyardConfig, args: argparse.Namespace) -> int:
     async def request() -> bool:
-        client = redis.asyncio.Redis.from_url(config.redis_url("admin"))
+        client = redis_client(config, "admin")
         try:
             return await ServerRegistry(client, config.fleet.dead_after_s).request_drain(args.server_id)
         finally:
@@ -115,7 +116,7 @@ def server_row(info: ServerInfo, health: EngineHealth | None, now: float) -> lis
 async def _servers_with_health(
     config: SwitchyardConfig, pool_id: str | None
 ) -> list[tuple[ServerInfo, EngineHealth | None]]:
-    client = redis.asyncio.Redis.from_url(config.redis_url("admin"))
+    client = redis_client(config, "admin")
     try:
         infos = await ServerRegistry(client, config.fleet.dead_after_s).servers(pool_id)
     finally:

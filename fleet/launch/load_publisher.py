@@ -20,6 +20,7 @@ import time
 import httpx
 import redis.asyncio
 
+from config.redis_client import redis_client
 from config.settings import SwitchyardConfig
 from quota.load_board import LoadBoard, LoadReport
 from router.server_health import probe_server
@@ -52,9 +53,7 @@ class LoadPublisher:
 
     async def _run(self) -> None:
         interval_s = self._config.fleet.load_publish_s
-        client = redis.asyncio.Redis.from_url(
-            self._config.redis_url("fleet"), socket_timeout=2.0, socket_connect_timeout=2.0
-        )
+        client = redis_client(self._config, "fleet", socket_timeout=2.0, socket_connect_timeout=2.0)
         board = LoadBoard(client)
         seq, warned_at = 0, float("-inf")
         try:

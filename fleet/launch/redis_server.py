@@ -3,18 +3,25 @@ request survives a restart, with its data and log under `var/`.
 
 It listens on 127.0.0.1 only and loads the ACL file made from the secrets folder
 (fleet/launch/secret_files.py): the `default` user is off, so every client logs in as one of
-the components' users (`SwitchyardConfig.redis_url(component)`).
+the components' users (`config.redis_client`).
+
+Every server also gets the replication login (`masteruser replication`, the password from the
+secrets folder, in a 0600 file in its data folder rather than on its command line): a replica
+needs it to follow its primary, and a primary needs it once Sentinel demotes it to a replica
+after a failover (fleet/launch/redis_sentinel.py, docs/redis.md).
 """
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 from pathlib import Path
 
 import redis
 
 from fleet.launch.process import ManagedProcess, wait_until
-from fleet.launch.secret_files import SecretFiles, ensure_secret_files
+from fleet.launch.secret_files import REPLICATION_USER, SecretFiles, ensure_secret_files
 
 
 class RedisServer:
@@ -22,19 +29,32 @@ class RedisServer:
     in `secrets_dir` (made there on first use)."""
 
     def __init__(
-        self, port: int, data_dir: Path, log_path: Path, *, secrets_dir: Path, host: str = "127.0.0.1"
+        self,
+        port: int,
+        data_dir: Path,
+        log_path: Path,
+        *,
+        secrets_dir: Path,
+        host: str = "127.0.0.1",
+        replica_of: tuple[str, int] | None = None,
     ) -> None:
+        """`replica_of`: start as a replica of that primary (host, port)."""
         binary = shutil.which("redis-server")
         if binary is None:
             raise RuntimeError("redis-server is not installed: run `make up` (installs it with apt)")
         data_dir.mkdir(parents=True, exist_ok=True)
+        data_dir.chmod(0o700)
         self.host = host
         self.port = port
         self.secrets: SecretFiles = ensure_secret_files(secrets_dir)
+        login = data_dir / "replication.conf"
+        _write_private(login, f"masteruser {REPLICATION_USER}\nmasterauth {self.secrets.replication_password}\n")
+        replica = ["--replicaof", replica_of[0], str(replica_of[1])] if replica_of is not None else []
         self._process = ManagedProcess(
             "redis",
             [
                 binary,
+                str(login.resolve()),
                 "--bind",
                 host,
                 "--port",
@@ -47,6 +67,7 @@ class RedisServer:
                 "",
                 "--aclfile",
                 str(self.secrets.acl_file.resolve()),
+                *replica,
             ],
             log_path,
         )
@@ -74,5 +95,25 @@ class RedisServer:
             self._process.stop()
             raise RuntimeError(f"redis-server did not become ready on port {self.port}:\n{tail}")
 
+    def role(self) -> str | None:
+        """`master` or `slave` as the server says now; None when it does not answer."""
+        try:
+            with redis.Redis.from_url(self.url, socket_timeout=0.5) as client:
+                role = client.role()[0]
+        except redis.RedisError:
+            return None
+        return role.decode() if isinstance(role, bytes) else str(role)
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash would: nothing flushed, no goodbye to replicas or sentinels."""
+        self._process.stop(timeout_s=5.0, sig=signal.SIGKILL)
+
     def stop(self) -> None:
         self._process.stop()
+
+
+def _write_private(path: Path, text: str) -> None:
+    """`text` in `path`, readable by its owner only from the start."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(text)

@@ -18,6 +18,7 @@ from dataclasses import replace
 import httpx
 import redis.asyncio
 
+from config.redis_client import redis_client
 from config.settings import SwitchyardConfig
 from router.registry import ServerInfo, ServerRegistry
 from router.routing_policy import ServerState
@@ -44,7 +45,7 @@ class SelfRegistration:
 
     async def _run(self) -> None:
         fleet = self._config.fleet
-        client = redis.asyncio.Redis.from_url(self._config.redis_url("fleet"), socket_timeout=2.0)
+        client = redis_client(self._config, "fleet", socket_timeout=2.0)
         registry = ServerRegistry(client, fleet.dead_after_s)
         liveness = Liveness(fleet.dead_after_s)
         info = self._info

@@ -31,6 +31,7 @@ from collections.abc import Callable
 import httpx
 import redis.asyncio
 
+from config.redis_client import redis_client
 from config.settings import Ports, SwitchyardConfig
 from contracts.engine_metrics import parse_engine_health
 from fleet.launch.leftovers import Reaped, reap_leftovers
@@ -194,7 +195,7 @@ def _mark_draining(config: SwitchyardConfig, server_id: str) -> None:
     """DRAINING in the registry, so gateways stop routing here; a drain goes on without it."""
 
     async def mark() -> bool:
-        client = redis.asyncio.Redis.from_url(config.redis_url("fleet"), socket_timeout=2.0)
+        client = redis_client(config, "fleet", socket_timeout=2.0)
         try:
             return await ServerRegistry(client, config.fleet.dead_after_s).request_drain(server_id)
         finally:

@@ -11,6 +11,7 @@ import pytest
 import redis
 import redis.asyncio
 
+from config.redis_client import sync_redis_client
 from config.settings import load_config
 from fleet.launch.ports import free_ports
 from fleet.launch.redis_server import RedisServer
@@ -42,7 +43,7 @@ teams:
 
 def store(path: Path) -> SyncKeyStore:
     config = load_config(path)
-    return SyncKeyStore(redis.Redis.from_url(config.redis_url("admin")), config.teams)
+    return SyncKeyStore(sync_redis_client(config, "admin"), config.teams)
 
 
 def test_keys_create_prints_the_key_once_and_it_resolves(config_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -110,3 +110,41 @@ def test_secrets_are_made_once_private_and_kept(redis_server: RedisServer, tmp_p
     assert {p.name: p.read_text() for p in secrets_dir.iterdir()} == before
     assert "user default off" in before["redis-users.acl"]
     assert not any(password in before["redis-users.acl"] for password in again.secrets.redis_passwords.values())
+
+
+def test_transactions_and_scripts_survive_a_restart(tmp_path: Path) -> None:
+    """Redis 7.0 replays its append-only file as `default`: with a `default` that may run
+    nothing, every MULTI/EXEC and Lua script's writes were dropped on restart (the chaos run's
+    restart-redis fault found it: leases, claims and batch marks gone)."""
+    (port,) = free_ports(1)
+
+    def started() -> RedisServer:
+        server = RedisServer(port, tmp_path / "data", tmp_path / "redis.log", secrets_dir=tmp_path / "secrets")
+        server.start()
+        return server
+
+    server = started()
+    try:
+        client = redis.Redis.from_url(server.url)
+        client.eval("redis.call('SET', KEYS[1], 'scripted'); return 1", 1, "sy:script")
+        with client.pipeline(transaction=True) as pipe:
+            pipe.set("sy:multi", "exec").incr("sy:count")
+            pipe.execute()
+    finally:
+        server.stop()
+    again = started()
+    try:
+        client = redis.Redis.from_url(again.url)
+        assert client.mget("sy:script", "sy:multi", "sy:count") == [b"scripted", b"exec", b"1"]
+    finally:
+        again.stop()
+    with redis.Redis(host=again.host, port=port) as anonymous:  # `default` is still no way in
+        again.start()
+        try:
+            with pytest.raises(redis.AuthenticationError):
+                anonymous.get("sy:script")
+            as_default = redis.Redis(host=again.host, port=port, username="default", password="x")
+            with as_default, pytest.raises(redis.AuthenticationError):
+                as_default.get("sy:script")
+        finally:
+            again.stop()

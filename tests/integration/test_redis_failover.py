@@ -1,0 +1,135 @@
+"""Sentinel mode with real processes: a primary, a replica and three sentinels (quorum 2).
+
+Three sentinels, as production runs them: with one, a sentinel that loses sight of the primary
+fails it over alone, and the test would not exercise the vote. They cost a few MB each.
+
+The primary is SIGKILLed; the components' clients (config/redis_client.py) must reach the
+promoted replica by themselves, each logged in as its own user, and the subscribers (the
+gateway's request bus, the registry's change notices) must hear messages published after it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from config.redis_client import redis_client, sync_redis_client
+from config.settings import SwitchyardConfig
+from fleet.launch.ports import free_ports
+from fleet.launch.process import wait_until
+from fleet.launch.redis_sentinel import RedisReplicaSet
+from gateway.request_bus import BusMessage, RequestBus
+from router.registry import CHANGES_CHANNEL
+
+pytestmark = pytest.mark.integration
+
+DEADLINE_S = 60.0  # down_after 1 s, then a vote and a promotion: seconds on an idle machine
+
+
+@pytest.fixture()
+def replica_set(tmp_path: Path) -> Iterator[RedisReplicaSet]:
+    ports = free_ports(5)
+    replicas = RedisReplicaSet(
+        ports[:2],
+        ports[2:],
+        tmp_path / "redis",
+        secrets_dir=tmp_path / "secrets",
+        down_after_ms=1000,
+        failover_timeout_ms=5000,
+    )
+    replicas.start()
+    try:
+        yield replicas
+    finally:
+        replicas.stop()
+
+
+def _config(replicas: RedisReplicaSet, root: Path) -> SwitchyardConfig:
+    return SwitchyardConfig.model_validate(
+        {
+            "root": root,
+            "models": {"m": {"weights_uri": "m", "max_context_tokens": 64}},
+            "pools": {"m": {"model_id": "m", "ports": {"http": 9101, "grpc": 9102, "metrics": 9103}}},
+            "redis": replicas.redis_settings(),
+            "secrets_dir": str(root / "secrets"),
+        }
+    )
+
+
+def test_sentinels_admit_components_for_queries_only(replica_set: RedisReplicaSet, tmp_path: Path) -> None:
+    sentinel = replica_set.sentinels[0]
+    password = replica_set.nodes[0].secrets.redis_passwords["gateway"]
+    with redis.Redis(host=sentinel.host, port=sentinel.port, username="gateway", password=password) as client:
+        assert client.sentinel_get_master_addr_by_name(replica_set.master_name)
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            client.sentinel_failover(replica_set.master_name)  # type: ignore[no-untyped-call]
+    with redis.Redis(host=sentinel.host, port=sentinel.port) as anonymous, pytest.raises(redis.AuthenticationError):
+        anonymous.sentinel_masters()
+    with sync_redis_client(_config(replica_set, tmp_path), "gateway") as client:
+        assert client.acl_whoami() == "gateway"
+
+
+def test_clients_and_subscribers_follow_a_failover(replica_set: RedisReplicaSet, tmp_path: Path) -> None:
+    config = _config(replica_set, tmp_path)
+    first = replica_set.nodes[0]
+    assert replica_set.primary() == (first.host, first.port)
+    with sync_redis_client(config, "fleet") as fleet:
+        fleet.set("sy:before", "1")
+        wait_until(lambda: replica_set.nodes[1].role() == "slave", 5)  # the replica has it once synced
+
+    async def scenario() -> float:
+        gateway = redis_client(config, "gateway", socket_timeout=2.0, socket_connect_timeout=2.0)
+        heard: list[str] = []
+        bus = RequestBus(redis_client(config, "gateway"))
+
+        async def handler(message: BusMessage, scoped_id: str) -> None:
+            heard.append(scoped_id)
+
+        await bus.start(handler)
+        changes = redis_client(config, "gateway").pubsub()
+        await changes.subscribe(CHANGES_CHANNEL)
+        try:
+            assert await gateway.get("sy:before") == b"1"
+            first.kill()
+            killed_at = time.monotonic()
+            # Writes fail while no primary is elected, then land on the promoted replica.
+            while time.monotonic() - killed_at < DEADLINE_S:
+                try:
+                    await gateway.set("sy:after", "2")
+                    break
+                except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
+                    await asyncio.sleep(0.2)
+            recovered_s = time.monotonic() - killed_at
+            assert await gateway.get("sy:after") == b"2", f"no primary within {DEADLINE_S} s"
+            promoted = replica_set.nodes[1]
+            assert wait_until(lambda: replica_set.primary() == (promoted.host, promoted.port), DEADLINE_S)
+            assert promoted.role() == "master"
+            assert await gateway.acl_whoami() == "gateway"  # its own user on the new primary
+            # The subscribers are back: a cancel published now reaches the bus.
+            while time.monotonic() - killed_at < DEADLINE_S and "team/late" not in heard:
+                await bus.publish(BusMessage.CANCEL, "team/late")
+                await asyncio.sleep(0.2)
+            assert "team/late" in heard
+            await gateway.publish(CHANGES_CHANNEL, "server-1")
+            deadline = time.monotonic() + DEADLINE_S
+            notice = None
+            while notice is None and time.monotonic() < deadline:
+                try:
+                    notice = await changes.get_message(ignore_subscribe_messages=True, timeout=1.0)
+                except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
+                    await changes.subscribe(CHANGES_CHANNEL)  # what router/server_directory.py does
+                    await gateway.publish(CHANGES_CHANNEL, "server-1")
+            assert notice is not None and notice["data"] == b"server-1"
+            return recovered_s
+        finally:
+            await bus.close()
+            await changes.aclose()  # type: ignore[no-untyped-call]
+            await gateway.aclose()
+
+    recovered_s = asyncio.run(scenario())
+    print(f"writes reached the new primary {recovered_s:.1f} s after the kill")
