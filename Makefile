@@ -9,18 +9,18 @@ PORT    ?= 8000
 PACKAGES := config contracts engine bls gateway quota bulk build_engines switchyard bench router trtllm fleet
 SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: up test unit integration lint bench build redis chromium clean
+.PHONY: up test unit integration lint bench chaos build redis chromium clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev]'
 	touch $(STAMP)
 
-# redis-server from Debian's packages when it is missing.
+# redis-server and redis-sentinel (sentinel mode, docs/redis.md) from Debian's packages when missing.
 redis:
-	@command -v redis-server >/dev/null 2>&1 || { \
-	  echo "installing redis-server with apt"; \
-	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq redis-server >/dev/null; }
+	@command -v redis-server >/dev/null 2>&1 && command -v redis-sentinel >/dev/null 2>&1 || { \
+	  echo "installing redis-server and redis-sentinel with apt"; \
+	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq redis-server redis-sentinel >/dev/null; }
 
 # Debian's chromium when it is missing: the console's browser tests drive it through
 # Playwright (tests/integration/test_console_browser.py); no browser is ever downloaded.
@@ -52,6 +52,12 @@ test: $(STAMP) redis chromium lint
 
 bench: $(STAMP) redis build
 	$(BIN)/python -m bench
+
+# Chaos under load (docs/chaos.md): 10 minutes by default; `make chaos MINUTES=2 SEED=7`.
+MINUTES ?= 10
+SEED    ?= 1
+chaos: $(STAMP) redis build
+	$(BIN)/python -m bench chaos --minutes $(MINUTES) --seed $(SEED)
 
 clean:
 	rm -rf var .mypy_cache .ruff_cache

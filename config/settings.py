@@ -369,8 +369,9 @@ class SwitchyardConfig(_Strict):
         return self.root / self.secrets_dir
 
     def redis_url(self, component: RedisComponent) -> str:
-        """The URL `component`'s Redis clients connect with (its own ACL user): the one way a
-        client of ours is made. It holds a password: log `redis.address` instead."""
+        """The URL `component`'s Redis clients connect with (its own ACL user) when there are no
+        sentinels; make clients with `config.redis_client`, which also handles sentinel mode.
+        It holds a password: log `redis.address` instead."""
         return self.redis.url_for(component, root=self.root, secrets_path=self.secrets_path)
 
     def triton_grpc_headers(self) -> dict[str, str]:

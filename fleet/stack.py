@@ -22,8 +22,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-import redis
-
+from config.redis_client import sync_redis_client
 from config.settings import SwitchyardConfig, dump_config
 from fleet.launch.ports import ConfiguredPorts
 from fleet.launch.process import ManagedProcess, http_ok, wait_until
@@ -108,7 +107,7 @@ class Stack:
         self.admin_key_path = ensure_admin_key(self.config.var_path)
         if DEV_TEAM not in self.config.teams:
             return
-        client = redis.Redis.from_url(self.config.redis_url("admin"))
+        client = sync_redis_client(self.config, "admin")
         try:
             store = SyncKeyStore(client, self.config.teams)
             self.dev_key_path = ensure_dev_key(store, dev_key_path(self.config.var_path))

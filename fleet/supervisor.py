@@ -1,7 +1,8 @@
 """Keeps each pool's Triton servers running and registered in Redis, and drains them on request.
 
     start()   per pool: fill the model repository once, launch its target_copies servers side
-              by side, return when every one is READY (TritonStartError with the log if not)
+              by side (or take over those an earlier, killed supervisor left running),
+              return when every one is READY (TritonStartError with the log if not)
     run()     every heartbeat_s, every server at once:
 
       process exited ─┬─ it was draining, or exit 0 / SIGTERM ─▶ deregister; never restarted
@@ -45,6 +46,7 @@ from pathlib import Path
 
 from build_engines.repository import fill_repository
 from config.settings import SwitchyardConfig, dump_config
+from fleet.launch.adopted_process import AdoptedProcess, server_process
 from fleet.launch.ports import PortAllocator, port_free
 from fleet.launch.process import ManagedProcess
 from fleet.launch.server_process import EXIT_DRAINED
@@ -128,7 +130,8 @@ class Supervisor:
                 for k in range(self._config.pools[pool_id].target_copies):
                     copy = ServerCopy(pool_id, k, self._ports.ports(pool_id, k), self._fleet.dead_after_s)
                     self._copies[copy.server_id] = copy
-                    await self._launch(copy, self._clock())
+                    if not await self._adopt(copy):
+                        await self._launch(copy, self._clock())
             deadline = time.monotonic() + timeout_s
             while any(c.state is not ServerState.READY for c in self._copies.values()):
                 await self.tick()
@@ -281,6 +284,19 @@ class Supervisor:
         copy.liveness, copy.relaunch_at, copy.drain_started_at = Liveness(self._fleet.dead_after_s), None, None
         await self._registry.register(self._info(copy, now))
         logger.info("launched %s (pid %s) on ports %s", copy.server_id, process.pid, ports.model_dump())
+
+    async def _adopt(self, copy: ServerCopy) -> bool:
+        """Take over the server an earlier life of this supervisor left running (it was killed
+        and started again), rather than launch a second one on its ports
+        (`fleet.launch.adopted_process`). It is STARTING until its first live probe."""
+        stored = await self._registry.get(copy.server_id)
+        if stored is None or stored.pid is None or not server_process(stored.pid, copy.server_id):
+            return False
+        log_path = self._config.var_path / "logs" / f"server-{copy.server_id}.log"
+        copy.process = AdoptedProcess(f"server {copy.server_id}", stored.pid, log_path)
+        copy.state, copy.started_at = ServerState.STARTING, stored.started_at
+        logger.info("took over %s (pid %s), left running by an earlier supervisor", copy.server_id, stored.pid)
+        return True
 
     async def _drain(self, copy: ServerCopy, now: float) -> None:
         """SIGTERM: the server drains itself (its replies finish), then exits 0 and is retired."""

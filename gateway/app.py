@@ -14,11 +14,11 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 import httpx
-import redis.asyncio as aioredis
 from fastapi import FastAPI
 
 from bulk.blob_store import LocalBlobStore
 from bulk.intake import BatchIntake
+from config.redis_client import redis_client as gateway_redis_client
 from config.settings import SwitchyardConfig, load_config
 from contracts.catalog import ModelCatalog
 from contracts.chat_template import ChatTemplates
@@ -103,8 +103,8 @@ def create_app(
         backend = make_backend(loaded, settings, app.state.metrics)
         registry = RequestRegistry(backend, app.state.metrics, cancel_grace_s=settings.cancel_grace_s)
         # Short timeouts and no retries: a Redis outage is a quick 503, not a hung request.
-        redis_client = aioredis.Redis.from_url(
-            loaded.redis_url("gateway"), socket_timeout=2.0, socket_connect_timeout=2.0, retry_on_timeout=False
+        redis_client = gateway_redis_client(
+            loaded, "gateway", socket_timeout=2.0, socket_connect_timeout=2.0, retry_on_timeout=False
         )
         key_store = KeyStore(redis_client, loaded.teams, load_admin_key_hash(loaded.var_path))
         install_auth(app, key_store)

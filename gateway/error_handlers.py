@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
+import redis
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -81,6 +82,14 @@ def install_error_handlers(app: FastAPI) -> None:
             return error_response(503, "server_error", f"{exc}; retry later", None, headers, "backend_unavailable")
         return error_response(502, "server_error", str(exc), code="backend_error")
 
+    async def on_redis_unreachable(request: Request, exc: Exception) -> JSONResponse:
+        # Redis restarting or failing over (seconds): the caller retries; it is not a bug here.
+        # Before, it was the catch-all's 500 (the chaos run's restart-redis fault).
+        logger.warning("redis unreachable on %s %s: %s", request.method, request.url.path, exc)
+        count(request, 503, "server_error")
+        message = "a store the gateway needs is unreachable for a moment; retry shortly"
+        return error_response(503, "server_error", message, None, {"Retry-After": "1"}, "service_unavailable")
+
     async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
         logger.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
         count(request, 500, "server_error")
@@ -90,4 +99,6 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, on_validation_error)
     app.add_exception_handler(StarletteHTTPException, on_http_error)
     app.add_exception_handler(BackendError, on_backend_error)
+    app.add_exception_handler(redis.ConnectionError, on_redis_unreachable)  # BusyLoadingError too
+    app.add_exception_handler(redis.TimeoutError, on_redis_unreachable)
     app.add_exception_handler(Exception, on_unexpected)

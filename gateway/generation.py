@@ -16,6 +16,7 @@ routes): every rule about what may run lives here, so the surfaces cannot drift 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 import uuid
@@ -23,6 +24,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
+
+import redis
 
 from config.settings import SwitchyardConfig
 from contracts.catalog import ModelCatalog, ServedModel
@@ -323,8 +326,17 @@ class _Hooks:
         self._renewer = asyncio.create_task(self._renew(entry))
 
     async def _renew(self, entry: InflightRequest) -> None:
+        """The lease and the claim on the id stay this process's while it generates."""
+        every_s = self._idempotency.owner_ttl_s / 3
         async with self._admission.renewing(self._lease):
-            await entry.wait_done()
+            while not entry.done:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(entry.wait_done(), every_s)
+                if not entry.done:
+                    try:
+                        await self._idempotency.renew_owner(self._team_id, self._public_id)
+                    except redis.RedisError:  # Redis away for a moment: the next renewal may land
+                        logger.warning("could not renew the claim on %s", self._public_id)
 
     async def on_delta(self, entry: InflightRequest, delta: GenerationDelta) -> None:
         """Nothing per delta: this process's readers read memory; followers elsewhere are

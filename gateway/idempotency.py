@@ -23,9 +23,12 @@ are kept briefly (gateway.bulk_result_ttl_s): the dispatcher writes the results 
 reply itself and retries an entry under a new id, so a day of them would only fill Redis.
 
 The claim is one Lua script, so two gateways that receive the same id at the same moment
-cannot both generate. A generation whose owner died stays `running` until its record expires:
-attaching readers give up after `attach_idle_timeout_s` without a new entry and report the
-request as failed.
+cannot both generate. Its owner renews `sy:req-owner:{team}:{id}` while it generates (every
+`owner_ttl_s` / 3): a generation whose owner died (a gateway worker SIGKILLed) can be claimed
+again once that key lapses, so a retry with the same id gets exactly one generation (before,
+its record stayed `running` for the idempotency window and every retry failed: the chaos
+run's kill-gateway-worker fault). Attaching readers still give up after
+`attach_idle_timeout_s` without a new entry and report a retryable failure.
 """
 
 from __future__ import annotations
@@ -44,11 +47,17 @@ RESULT_TTL_S = 24 * 3600
 # How long a finished request's deltas stream stays for followers still reading it.
 FOLLOW_GRACE_S = 60
 
+# How long a running claim outlives its owner's last renewal: a gateway process that died
+# mid-generation leaves its ids to be claimed again after this.
+OWNER_TTL_S = 15.0
+
+# KEYS[1] record  KEYS[2] owner  KEYS[3] deltas  ARGV[1] fingerprint  ARGV[2] ttl_s  ARGV[3] owner ttl (ms)
 _CLAIM = """
 local existing = redis.call('HGET', KEYS[1], 'fingerprint')
 if not existing then
-  redis.call('HSET', KEYS[1], 'fingerprint', ARGV[1], 'state', 'running')
+  redis.call('HSET', KEYS[1], 'fingerprint', ARGV[1], 'state', 'running', 'owned', '1')
   redis.call('EXPIRE', KEYS[1], ARGV[2])
+  redis.call('SET', KEYS[2], '1', 'PX', ARGV[3])
   return {'new', ''}
 end
 if existing ~= ARGV[1] then
@@ -57,6 +66,14 @@ end
 local state = redis.call('HGET', KEYS[1], 'state')
 if state == 'done' then
   return {'done', redis.call('HGET', KEYS[1], 'result') or ''}
+end
+if redis.call('HEXISTS', KEYS[1], 'owned') == 1 and redis.call('EXISTS', KEYS[2]) == 0 then
+  -- running, but its owner stopped renewing (its process died): this claim takes it over,
+  -- without the dead owner's partial deltas (a record of a gateway from before owners were
+  -- renewed has no 'owned': never taken over, so a rolling upgrade cannot run an id twice)
+  redis.call('DEL', KEYS[3])
+  redis.call('SET', KEYS[2], '1', 'PX', ARGV[3])
+  return {'new', ''}
 end
 return {'running', ''}
 """
@@ -98,10 +115,16 @@ class IdempotencyStore:
     """Claims, records and replays generations by (team, request id)."""
 
     def __init__(
-        self, client: aioredis.Redis, *, ttl_s: int = RESULT_TTL_S, follow_grace_s: int = FOLLOW_GRACE_S
+        self,
+        client: aioredis.Redis,
+        *,
+        ttl_s: int = RESULT_TTL_S,
+        follow_grace_s: int = FOLLOW_GRACE_S,
+        owner_ttl_s: float = OWNER_TTL_S,
     ) -> None:
         self._redis = client
         self._ttl_s = ttl_s
+        self.owner_ttl_s = owner_ttl_s
         self._follow_grace_s = follow_grace_s
         self._claim = client.register_script(_CLAIM)
         # `follow` blocks on XREAD in slices shorter than the client's socket timeout (2 s in
@@ -120,11 +143,26 @@ class IdempotencyStore:
     def _deltas_key(team_id: str, request_id: str) -> str:
         return f"sy:req-deltas:{team_id}:{request_id}"
 
+    @staticmethod
+    def _owner_key(team_id: str, request_id: str) -> str:
+        return f"sy:req-owner:{team_id}:{request_id}"
+
     async def claim(self, team_id: str, request_id: str, digest: str) -> Claim:
-        state, result = await self._claim(keys=[self._key(team_id, request_id)], args=[digest, self._ttl_s])
+        keys = [
+            self._key(team_id, request_id),
+            self._owner_key(team_id, request_id),
+            self._deltas_key(team_id, request_id),
+        ]
+        args: list[str | int] = [digest, self._ttl_s, max(1, int(self.owner_ttl_s * 1000))]
+        state, result = await self._claim(keys=keys, args=args)
         claim_state = ClaimState(_text(state))
         stored = json.loads(_text(result)) if claim_state is ClaimState.DONE and result else None
         return Claim(claim_state, stored)
+
+    async def renew_owner(self, team_id: str, request_id: str) -> None:
+        """The owner is alive: its claim stays its own for `owner_ttl_s` more (call every
+        `owner_ttl_s` / 3 while it generates)."""
+        await self._redis.pexpire(self._owner_key(team_id, request_id), max(1, int(self.owner_ttl_s * 1000)))
 
     async def state(self, team_id: str, request_id: str) -> ClaimState | None:
         """RUNNING or DONE for a known request, None for an unknown one (claims nothing)."""
@@ -155,6 +193,7 @@ class IdempotencyStore:
                 pipe.expire(key, keep_s)
             else:
                 pipe.delete(key)
+            pipe.delete(self._owner_key(team_id, request_id))
             if followed:
                 pipe.xadd(self._deltas_key(team_id, request_id), {"final": encoded})
                 pipe.expire(self._deltas_key(team_id, request_id), self._follow_grace_s)
@@ -163,7 +202,7 @@ class IdempotencyStore:
     async def forget(self, team_id: str, request_id: str) -> None:
         """Drop a claim whose generation never started (it was refused), so a retry may run."""
         key = self._key(team_id, request_id)
-        await self._redis.delete(key, self._deltas_key(team_id, request_id))
+        await self._redis.delete(key, self._deltas_key(team_id, request_id), self._owner_key(team_id, request_id))
 
     async def follow(
         self,

@@ -12,7 +12,9 @@ door. The bill in Redis is the team's whatever the door.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from datetime import datetime
 from typing import Annotated
 
@@ -26,6 +28,9 @@ from quota.usage_counters import UsageCounters
 METERING_STATE = "metering"  # app.state.metering: the Metering of this app
 _COUNTERS_STATE = "usage_counters"  # made once per app: a registry refuses a second copy
 _DOOR_COUNTERS_STATE = "usage_door_counters"
+
+# How long a usage record is retried while Redis cannot be reached (a restart takes seconds).
+UNREACHABLE_RETRY_S = 30.0
 
 logger = logging.getLogger(__name__)
 
@@ -54,24 +59,47 @@ class DoorCounters:
 class Metering:
     """Records usage in Redis and in this process's Prometheus counters."""
 
-    def __init__(self, meter: UsageMeter, counters: UsageCounters, doors: DoorCounters | None = None) -> None:
+    def __init__(
+        self,
+        meter: UsageMeter,
+        counters: UsageCounters,
+        doors: DoorCounters | None = None,
+        *,
+        retry_s: float = UNREACHABLE_RETRY_S,
+    ) -> None:
         self.meter = meter
         self.counters = counters
         self.doors = doors
+        self.retry_s = retry_s
 
     async def record(self, rec: UsageRecord, at: datetime, door: str = "http") -> None:
-        """Count `rec` (ended at `at`, came through `door`). A Redis failure is logged, not
-        raised: the reply has been served, and failing it now would bill nothing and help no one."""
+        """Count `rec` (ended at `at`, came through `door`). While Redis cannot be reached (a
+        restart, a failover) the write is tried again, backing off, for `retry_s`: the bill
+        must not lose a reply served meanwhile (the chaos run's restart-redis fault lost
+        them). Any other Redis failure, or one that outlasts `retry_s`, is logged, not raised:
+        the reply has been served, and failing it now would bill nothing and help no one.
+
+        The write is one script, applied whole or not at all; a retry counts twice only if
+        Redis ran it and the connection broke before its reply came back."""
         self.counters.observe(rec)
         if self.doors is not None:
             self.doors.observe(rec, door)
-        try:
-            await self.meter.record(rec, at)
-        except redis.RedisError:
-            logger.exception(
-                "usage not recorded in redis",
-                extra={"team": rec.team_id, "model": rec.model_id, "request_class": rec.request_class},
-            )
+        extra = {"team": rec.team_id, "model": rec.model_id, "request_class": rec.request_class}
+        deadline, delay = time.monotonic() + self.retry_s, 0.1
+        while True:
+            try:
+                await self.meter.record(rec, at)
+                return
+            except (redis.ConnectionError, redis.TimeoutError) as exc:  # unreachable: try again
+                if time.monotonic() + delay > deadline:
+                    logger.error("usage not recorded in redis", extra=extra, exc_info=exc)
+                    return
+                logger.warning("usage not recorded yet (redis unreachable): retrying", extra=extra)
+                await asyncio.sleep(delay)
+                delay = min(2 * delay, 2.0)
+            except redis.RedisError as exc:
+                logger.error("usage not recorded in redis", extra=extra, exc_info=exc)
+                return
 
 
 def install_metering(app: FastAPI, meter: UsageMeter) -> Metering:

@@ -129,6 +129,14 @@ class TritonBackend:
             raise BackendError(f"pool {pool_id!r}: stream ended without a finish reason")
         except asyncio.CancelledError:
             if request.request_id not in self._cancelled:
+                current = asyncio.current_task()
+                if current is not None and current.cancelling() == 0:
+                    # Not our cancellation: grpc ends a call whose channel closed under it the same
+                    # way, and the channel closes when its server leaves the fleet (marked dead:
+                    # `detach_target`). A dead server's reply fails over; before, it ended as if
+                    # the client had cancelled it (the chaos run's kill-engine-stub fault).
+                    message = f"pool {pool_id!r}: the server's connection closed mid-reply (it left the fleet)"
+                    raise BackendUnavailable(message, retry_after_s=self._retry_after_s) from None
                 raise  # our reader was cancelled: the finally below cancels the call
             finished = True  # cancel(): grpc surfaced the local cancellation as CancelledError
             yield GenerationDelta(finish_reason="cancelled")

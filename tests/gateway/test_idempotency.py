@@ -146,3 +146,28 @@ async def test_no_request_id_names_another_requests_keys(redis_url: str) -> None
     follow = store.follow("t", "r", idle_timeout_s=5)
     assert await anext(follow) == StoredDelta(text="Hel", token_ids=(1, 2))
     await follow.aclose()
+
+
+async def test_a_claim_whose_owner_died_is_taken_over_once(redis_url: str) -> None:
+    """A gateway worker SIGKILLed mid-generation stops renewing its claim: once the owner key
+    lapses the id can be claimed again, by exactly one claimant, without the dead owner's
+    partial deltas (the chaos run's kill-gateway-worker: the record stayed `running` for the
+    idempotency window and every retry with the id failed)."""
+    store = IdempotencyStore(aioredis.Redis.from_url(redis_url), owner_ttl_s=0.3)
+    assert (await store.claim("t", "r", "fp")).state is ClaimState.NEW
+    await store.mirror("t", "r", [("partial", (1,))])
+    renewed_until = asyncio.get_running_loop().time() + 0.6
+    while asyncio.get_running_loop().time() < renewed_until:  # a live owner keeps it
+        await store.renew_owner("t", "r")
+        assert (await store.claim("t", "r", "fp")).state is ClaimState.RUNNING
+        await asyncio.sleep(0.05)
+    deadline = asyncio.get_running_loop().time() + 30
+    while (await store.claim("t", "r", "fp")).state is ClaimState.RUNNING:  # the owner is gone
+        assert asyncio.get_running_loop().time() < deadline
+        await asyncio.sleep(0.05)
+    # That claim took it over (NEW); every other claimant now finds it running again.
+    claims = await asyncio.gather(*(store.claim("t", "r", "fp") for _ in range(10)))
+    assert all(c.state is ClaimState.RUNNING for c in claims)
+    assert await aioredis.Redis.from_url(redis_url).exists("sy:req-deltas:t:r") == 0
+    await store.record_final("t", "r", {"text": "once"}, keep_s=60, followed=False)
+    assert (await store.claim("t", "r", "fp")).result == {"text": "once"}

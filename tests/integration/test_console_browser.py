@@ -22,8 +22,8 @@ from typing import Any
 
 import httpx
 import pytest
-import redis.asyncio as aioredis
 
+from config.redis_client import redis_client
 from config.settings import dump_config
 from fleet.launch.ports import free_ports
 from fleet.launch.process import ManagedProcess
@@ -118,7 +118,7 @@ def shoot(page: Any, name: str) -> None:
 
 
 async def publish_target(live_gateway: LiveGateway) -> None:
-    client = aioredis.Redis.from_url(live_gateway.config.redis_url("fleet"))
+    client = redis_client(live_gateway.config, "fleet")
     try:
         reasons = ("interactive forecast 1.4 servers at peak", "headroom +1")
         await PoolTargetStore(client).write(PoolTarget("tiny", 2, 1, 0, 0, reasons, time.time(), "supervisor"))

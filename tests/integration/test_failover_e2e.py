@@ -16,10 +16,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
-import redis
-import redis.asyncio as aioredis
 
 from build_engines.repository import fill_repository
+from config.redis_client import redis_client, sync_redis_client
 from config.settings import Ports
 from fleet.launch.load_publisher import LoadPublisher
 from fleet.launch.ports import free_ports
@@ -48,14 +47,14 @@ class Fleet:
         self.gateway = gateway
         self.servers = servers
         self.alive = set(servers)
-        self._redis = redis.Redis.from_url(gateway.config.redis_url("admin"))
+        self._redis = sync_redis_client(gateway.config, "admin")
         self._stop = threading.Event()
         self._beat = threading.Thread(target=self._heartbeat, daemon=True)
         self._publishers: list[LoadPublisher] = []
 
     def register(self, pool_id: str) -> None:
         async def register_all() -> None:
-            client = aioredis.Redis.from_url(self.gateway.config.redis_url("admin"))
+            client = redis_client(self.gateway.config, "admin")
             registry = ServerRegistry(client)
             now = time.time()
             for server_id, server in self.servers.items():
@@ -86,7 +85,7 @@ class Fleet:
         self._redis.close()
 
         async def deregister_all() -> None:  # as a supervisor does: gateways hear of it at once
-            client = aioredis.Redis.from_url(self.gateway.config.redis_url("admin"))
+            client = redis_client(self.gateway.config, "admin")
             registry = ServerRegistry(client)
             for server_id in self.servers:
                 await registry.deregister(server_id)

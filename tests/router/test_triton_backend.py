@@ -303,3 +303,15 @@ async def test_a_value_its_tensor_cannot_hold_is_refused_before_any_server_sees_
     with pytest.raises(RequestRejected, match="llm input"):
         await collect(make_backend(client), request_)
     assert client.streams == []
+
+
+async def test_a_call_ended_by_its_closed_channel_is_a_failed_server_not_a_cancel() -> None:
+    """grpc ends a call whose channel closed (its server left the fleet) with CancelledError in
+    the reading task, which nobody cancelled: a server failure to fail over from, not a client's
+    cancel (the chaos run's kill-engine-stub: replies ended `cancelled` with 0 tokens, batch
+    entries recorded done with an empty text)."""
+    client = FakeClient([llm_response("a", [1]), asyncio.CancelledError()])
+    task = asyncio.create_task(collect(make_backend(client)))
+    with pytest.raises(BackendUnavailable, match="closed mid-reply") as raised:
+        await task
+    assert raised.value.retry_after_s == 3 and not task.cancelled()

@@ -1,0 +1,265 @@
+"""Chaos under load (`python -m bench chaos`, `make chaos`): kill anything at any time, then
+check from the recorded history that nothing was lost, nothing ran twice and usage is exact.
+
+    stack   two gateway workers, two pools of two servers (both the small model unless
+            --large: the large one is too slow for this on two CPU cores), the dispatcher,
+            the supervisor in a process of its own, Redis with its append-only file
+    load    three teams, one closed-loop client each (bench.chaos_load: streamed, whole,
+            request_ids with repeats, cancels, hang-ups, OpenAI SDK calls), and one batch
+            per team (--batch-entries lines each, greedy, --batch-max-tokens, a deadline of
+            the run's length + BATCH_GRACE_MIN)
+    faults  seeded (--seed): every kind of bench.chaos_faults in rounds, one every
+            60 / --faults-per-minute seconds
+    then    batches to a final status, the invariants (bench.chaos_invariants) one by one,
+            the stack stopped and checked for leftovers; history in var/chaos/history.jsonl,
+            results in bench/results/chaos.json
+
+Targets: 0 violations of every invariant; recovery per fault kind (the first call started
+after the fault that completes, as the client saw it) reported as p50 and max.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import time
+from datetime import UTC, datetime, timedelta
+
+import httpx
+import redis
+
+from bench import chaos_aftermath, chaos_batches, chaos_invariants
+from bench.chaos_batches import ChaosBatch
+from bench.chaos_faults import FaultInjector
+from bench.chaos_history import History, Outcome
+from bench.chaos_invariants import Check, Retry
+from bench.chaos_load import InteractiveLoad, LoadShape, TeamClient
+from bench.chaos_stack import ChaosStack
+from bench.common import write_result
+from bench.live import bench_config, with_copies
+from config.settings import SwitchyardConfig, load_config
+from quota.keys import SyncKeyStore
+
+NAME = "chaos"
+TEAMS = ("alpha", "beta", "gamma")
+POOLS = ("chaos-small", "chaos-large")
+STORAGE_BYTES = 16 << 20  # each team's blob budget: small, so fill-disk fills it in seconds
+BATCH_GRACE_MIN = 2
+SETTLE_TIMEOUT_S = 120.0
+ERROR_WINDOW_S = 10.0  # client errors this soon after a fault are counted against it
+
+
+def chaos_config(base: SwitchyardConfig, large: bool) -> SwitchyardConfig:
+    engine = base.pools["small"].engine
+    large_engine = base.pools["large"].engine if large and "large" in base.pools else engine
+    pools = {POOLS[0]: ("small", engine), POOLS[1]: ("large" if large else "small", large_engine)}
+    config = bench_config(base, pools, dict.fromkeys(TEAMS, 1.0))
+    for pool_id in POOLS:
+        config = with_copies(config, pool_id, 2)
+    bulk = config.bulk.model_copy(update={"team_storage_bytes": STORAGE_BYTES})
+    return config.model_copy(update={"bulk": bulk, "var_dir": str(base.var_path / "chaos")})
+
+
+def start(config: SwitchyardConfig) -> tuple[ChaosStack, dict[str, dict[str, str]]]:
+    stack = ChaosStack(config)
+    stack.start()
+    try:
+        client = redis.Redis.from_url(config.redis_url("admin"))
+        client.flushall()  # an earlier run's records (its append-only file) would skew this one
+        store = SyncKeyStore(client, config.teams)
+        headers = {team: {"Authorization": f"Bearer {store.create(team)}"} for team in config.teams}
+        client.close()
+        stack.ensure_keys()  # the admin key's hash went with the flush
+        _wait(stack.all_ready, SETTLE_TIMEOUT_S, "servers re-registered after the flush")
+    except BaseException:
+        stack.stop()
+        raise
+    return stack, headers
+
+
+def _wait(condition: object, timeout_s: float, what: str) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if callable(condition) and condition():
+            return True
+        time.sleep(1.0)
+    print(f"chaos: gave up waiting for {what} after {timeout_s:.0f} s")
+    return False
+
+
+async def _load_phase(
+    stack: ChaosStack, teams: dict[str, dict[str, str]], args: argparse.Namespace, history: History
+) -> tuple[list[ChaosBatch], FaultInjector]:
+    url = stack.gateway_url
+    clients = [TeamClient(team, teams[team], POOLS) for team in TEAMS]
+    batches = [
+        ChaosBatch(team, teams[team], POOLS[i % 2], chaos_batches.batch_lines(team, args.batch_entries,
+                   args.batch_max_tokens, args.seed + i))
+        for i, team in enumerate(TEAMS)
+    ]  # fmt: skip
+    async with httpx.AsyncClient(base_url=url, timeout=120) as client:
+        for batch in batches:
+            await chaos_batches.submit(client, batch, f"{int(args.minutes) + BATCH_GRACE_MIN}m")
+    run_s = args.minutes * 60
+    injector = FaultInjector(stack, history, args.seed, ("gamma", teams["gamma"]))
+    count = max(1, int(args.minutes * args.faults_per_minute))
+    stop = asyncio.Event()
+    load = InteractiveLoad(url, history, args.seed, LoadShape(think_s=args.think_s))
+    tasks = [
+        asyncio.create_task(load.run(clients, stop)),
+        asyncio.create_task(injector.run(injector.schedule(count), run_s / (count + 1), stop)),
+    ]
+    await asyncio.sleep(run_s)
+    stop.set()
+    await asyncio.gather(*tasks)
+    history.marks["load_stopped_s"] = round(history.now(), 1)
+    return batches, injector
+
+
+async def _checks(
+    stack: ChaosStack, teams: dict[str, dict[str, str]], args: argparse.Namespace, history: History,
+    batches: list[ChaosBatch],
+) -> list[Check]:  # fmt: skip
+    config = stack.config
+    checks = [chaos_invariants.interactive_calls_end(history.calls)]
+    async with httpx.AsyncClient(base_url=stack.gateway_url, timeout=120) as client:
+        await chaos_batches.wait(client, batches, (args.minutes + BATCH_GRACE_MIN) * 60 + 90)
+        history.marks["batches_final_s"] = round(history.now(), 1)
+        for batch in batches:
+            await chaos_batches.collect(client, batch)
+        outcomes = {cid: ends for b in batches for cid, ends in b.outcomes.items()}
+        checks.append(chaos_invariants.batch_entries_end_once([c for b in batches for c in b.lines], outcomes))
+        checks.append(chaos_invariants.nothing_left(
+            "no batch left in a non-final state", len(batches),
+            [f"{b.batch_id} ({b.team}): {b.status}" for b in batches if b.status not in chaos_batches.FINAL_STATUSES],
+        ))  # fmt: skip
+        await asyncio.to_thread(_wait, stack.all_ready, SETTLE_TIMEOUT_S, "every server ready")
+        metered = await _metered(stack)
+        assert stack.gateway is not None
+        log_lines = stack.gateway.log_text().splitlines()  # this run's lines of both workers
+        generations = chaos_invariants.generations_in_log(log_lines)
+        sent = {g.request_id: g.completion_tokens for g in generations}
+        received = chaos_invariants.received_by_team(history.calls, sent)
+        checks.append(chaos_invariants.usage_matches(received, metered))
+        caller_ids = {(c.team, c.request_id) for c in history.calls if c.request_id is not None}
+        checks.append(chaos_invariants.ids_generate_once(generations, caller_ids))
+        retries = await _retries(client, teams, history)
+        checks.append(chaos_invariants.retries_generate_once(retries))
+        mismatches = []
+        for i, batch in enumerate(batches):
+            mismatches += await chaos_batches.rerun(client, batch, args.rerun_sample, args.seed + i)
+        sampled = sum(min(args.rerun_sample, sum(e[0][0] == "done" for e in b.outcomes.values())) for b in batches)
+        checks.append(chaos_invariants.batch_results_greedy(sampled, mismatches))
+    admin = redis.Redis.from_url(config.redis_url("admin"))
+    _wait(lambda: not chaos_aftermath.leases_left(admin), config.quota.lease_ttl_s + 30, "leases to go")
+    checks.append(chaos_invariants.nothing_left("no lease left", 1, chaos_aftermath.leases_left(admin)))
+    admin.close()
+    urls = {f"{pool}-{k}": stack.metrics_url(pool, k) for pool in POOLS for k in range(2)}
+    _wait(lambda: not chaos_aftermath.kv_held(urls), 60, "KV back to 0")
+    held = chaos_aftermath.kv_held(urls)
+    checks.append(chaos_invariants.nothing_left("KV back to 0 on every server", len(urls), held))
+    return checks
+
+
+async def _metered(stack: ChaosStack) -> dict[str, int]:
+    """Interactive completion tokens per team, from GET /v1/usage (the admin sees all)."""
+    client = stack.admin_client()
+    try:
+        start = (datetime.now(UTC) - timedelta(days=1)).isoformat()
+        reply = (await client.get("/v1/usage", params={"start": start})).raise_for_status().json()
+    finally:
+        await client.aclose()
+    totals: dict[str, int] = {}
+    for row in reply["data"]:
+        if row["class"] == "interactive":
+            totals[row["team"]] = totals.get(row["team"], 0) + int(row["completion_tokens"])
+    return totals
+
+
+async def _retries(client: httpx.AsyncClient, teams: dict[str, dict[str, str]], history: History) -> list[Retry]:
+    """Every id'd call that ended in an error, sent again whole with its id and body."""
+    retries = []
+    failed = [c for c in history.calls if c.request_id is not None and c.outcome is Outcome.ERROR]
+    for call in failed:
+        reply = await client.post("/v1/generate", headers=teams[call.team], json=call.body)
+        retries.append(Retry(call.request_id or "", reply.status_code, reply.text[:200]))
+    return retries
+
+
+def _fault_rows(history: History) -> list[dict[str, object]]:
+    """Per fault kind: how many, the client errors that ended within ERROR_WINDOW_S after one,
+    and recovery as clients saw it (from the fault to the end of the first call started after
+    it that completed)."""
+    rows = []
+    completed = sorted((c.started, c.ended) for c in history.calls if c.outcome is Outcome.OK and c.ended is not None)
+    by_kind: dict[str, list[float]] = {}
+    for fault in history.faults:
+        ends = [end for started, end in completed if started >= fault.at]
+        if ends:
+            by_kind.setdefault(fault.kind, []).append(min(ends) - fault.at)
+    errors = [c.ended for c in history.calls if c.outcome is Outcome.ERROR and c.ended is not None]
+    for kind in sorted({f.kind for f in history.faults}):
+        recoveries = by_kind.get(kind, [])
+        near = sum(f.at <= end < f.at + ERROR_WINDOW_S for f in history.faults if f.kind == kind for end in errors)
+        rows.append({
+            "fault": kind, "injected": sum(f.kind == kind for f in history.faults), "client_errors_10s": near,
+            "recovery_p50_s": round(statistics.median(recoveries), 2) if recoveries else None,
+            "recovery_max_s": round(max(recoveries), 2) if recoveries else None,
+        })  # fmt: skip
+    return rows
+
+
+def run(args: argparse.Namespace) -> dict[str, object]:
+    config = chaos_config(load_config(), args.large)
+    stack, teams = start(config)
+    history = History()
+    try:
+        batches, injector = asyncio.run(_load_phase(stack, teams, args, history))
+        checks = asyncio.run(_checks(stack, teams, args, history, batches))
+    finally:
+        stack.stop()
+    var = config.var_path
+    _wait(lambda: not chaos_aftermath.orphans(var), 30, "orphans to go")
+    checks.append(chaos_invariants.nothing_left("no orphan process", 1, chaos_aftermath.orphans(var)))
+    shm = chaos_aftermath.shm_left(stack.server_ids())
+    checks.append(chaos_invariants.nothing_left("no leftover shared memory", len(stack.server_ids()), shm))
+    history.write(var / "history.jsonl")
+    calls = history.calls
+    rows = [check.row() for check in checks] + _fault_rows(history)
+    meta = {
+        "minutes": args.minutes, "seed": args.seed, "large_pool_model": "large" if args.large else "small",
+        "violations": sum(len(c.violations) for c in checks),
+        "faults_injected": len(history.faults), "fault_errors": injector.errors,
+        "calls": len(calls), "calls_by_outcome": {o.value: sum(c.outcome is o for c in calls) for o in Outcome},
+        "calls_per_s": round(len(calls) / (args.minutes * 60), 2),
+        "batch_entries": 3 * args.batch_entries, "batch_max_tokens": args.batch_max_tokens,
+        "batch_status": {b.batch_id: b.status for b in batches},
+        "run_marks_s": history.marks,
+        "batch_ends": {kind: sum(e[0][0] == kind for b in batches for e in b.outcomes.values() if e)
+                       for kind in ("done", "failed")},
+        "violation_details": {c.name: list(c.violations[:20]) for c in checks if c.violations},
+        "history": str(var / "history.jsonl"),
+    }  # fmt: skip
+    write_result(NAME, rows, meta)
+    return {"rows": rows, "meta": meta}
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench chaos", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--minutes", type=float, default=10.0, help="length of the load (default 10)")
+    parser.add_argument("--seed", type=int, default=1, help="the fault schedule's and the load's seed")
+    parser.add_argument("--batch-entries", type=int, default=1000, help="lines per batch (three batches)")
+    parser.add_argument("--batch-max-tokens", type=int, default=2)
+    parser.add_argument("--faults-per-minute", type=float, default=3.0)
+    parser.add_argument("--think-s", type=float, default=0.5, help="each team client's pause between calls")
+    parser.add_argument("--rerun-sample", type=int, default=30, help="done entries rerun per batch")
+    parser.add_argument("--large", action="store_true", help="the second pool runs the large model")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    result = run(parse_args(argv))
+    meta = result["meta"]
+    assert isinstance(meta, dict)
+    return 0 if meta["violations"] == 0 else 1
