@@ -100,7 +100,7 @@ class History:
         call.error, call.retryable, call.stop_reason = error, retryable, stop_reason
 
     def fault(self, kind: str, target: str, detail: str = "") -> FaultRecord:
-        record = FaultRecord(kind, target, round(self.now(), 3), detail)
+        record = FaultRecord(kind, target, self.now(), detail)  # unrounded: it sorts among the calls exactly
         self.faults.append(record)
         return record
 
