@@ -78,7 +78,9 @@ def test_engine_alone_times_the_short_request_idle_then_behind_every_long_reply(
     figures = engine_alone(config, "small", EngineConfig())
 
     assert figures is not None and set(figures) == {"idle", "loaded"}
-    assert 0 < figures["idle"] < figures["loaded"]  # a CPU step of 9 streams costs more than one of 1
+    # Both timed (which is larger is the benchmark's finding, not the test's: with the express
+    # lane the short request's steps are its own, and on a busy machine either may come out ahead).
+    assert figures["idle"] > 0 and figures["loaded"] > 0
     (loop,) = loops
     held = loop.held_at_submit
     idle = [n for request_id, n in held.items() if request_id.startswith("short-idle")]

@@ -177,17 +177,9 @@ def test_a_server_killed_mid_reply_costs_the_clients_nothing(fleet: Fleet, live_
             pool.submit(_stream, url, headers, p, e, MAX_TOKENS, seed)
             for p, e, seed in zip(prompts, started, seeds, strict=True)
         ]
-        assert wait_until(lambda: all(e.is_set() for e in started[:4]), 60), "the streams never got going"
         log = live_gateway.config.var_path / "logs" / "gw.log"
         failovers_before = log.read_text().count("trying another")
-        # The one holding more replies now (then: that took more), early in the replies: on a
-        # loaded machine the one that took more may have finished them already.
-        load = {
-            name: (held, taken - received[name])
-            for name, server in fleet.servers.items()
-            for taken, held in [_llm_requests(server)]
-        }
-        fleet.kill(max(load, key=lambda name: load[name]))
+        kill_once_all_taken(fleet, received, STREAMS)
         replies = [future.result(timeout=120) for future in futures]
     assert log.read_text().count("trying another") > failovers_before  # replies really were cut
     for index, (got, want) in enumerate(zip(replies, reference, strict=True)):
@@ -199,6 +191,20 @@ def test_a_server_killed_mid_reply_costs_the_clients_nothing(fleet: Fleet, live_
         assert str(got["text"]).replace("\ufffd", "") == str(want["text"]).replace("\ufffd", ""), f"reply {index}"
         assert isinstance(final, dict) and final.get("stop_reason") == "length", final
         assert final["usage"]["completion_tokens"] == MAX_TOKENS  # each token counted once
+
+
+def kill_once_all_taken(fleet: Fleet, received: dict[str, int], streams: int) -> None:
+    """Kill the server that took more of the `streams` new requests, the moment the servers have
+    taken them all: on the servers' own counts, not the clients' first tokens (on a loaded
+    machine the clients read their replies late, when the servers may have finished them)."""
+    load: dict[str, int] = {}
+
+    def all_taken() -> bool:
+        load.update({name: _llm_requests(server)[0] - received[name] for name, server in fleet.servers.items()})
+        return sum(load.values()) >= streams
+
+    assert wait_until(all_taken, 60, interval_s=0.01), f"the servers took {load} of {streams} requests"
+    fleet.kill(max(load, key=lambda name: load[name]))
 
 
 def _llm_requests(server: TritonServer) -> tuple[int, int]:

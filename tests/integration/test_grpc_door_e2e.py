@@ -27,7 +27,13 @@ from fleet.launch.process import wait_until
 from quota.keys import SyncKeyStore
 
 from .conftest import LiveGateway, TritonPool
-from .test_failover_e2e import DRAIN_MAX_TOKENS, Fleet, _llm_requests, fleet  # noqa: F401 - `fleet` is a fixture
+from .test_failover_e2e import (  # noqa: F401 - `fleet` is a fixture
+    DRAIN_MAX_TOKENS,
+    Fleet,
+    _llm_requests,
+    fleet,
+    kill_once_all_taken,
+)
 
 # Six replies this long are still being written when the kill lands, however slow the machine
 # was to start them all (950 tokens, the HTTP test's, can all end first on a loaded machine).
@@ -178,15 +184,9 @@ def test_a_server_killed_mid_stream_resumes_token_for_token(fleet: Fleet, live_g
         received = {name: _llm_requests(server)[0] for name, server in fleet.servers.items()}
         started = [threading.Event() for _ in prompts]
         futures = [pool.submit(run, p, s, e) for p, s, e in zip(prompts, seeds, started, strict=True)]
-        assert wait_until(lambda: all(e.is_set() for e in started), 60), "the streams never got going"
         log = live_gateway.config.var_path / "logs" / "gw.log"
         failovers_before = log.read_text().count("trying another")
-        load = {
-            name: (held, taken - received[name])
-            for name, server in fleet.servers.items()
-            for taken, held in [_llm_requests(server)]
-        }
-        fleet.kill(max(load, key=lambda name: load[name]))
+        kill_once_all_taken(fleet, received, len(prompts))
         replies = [future.result(timeout=120) for future in futures]
     assert log.read_text().count("trying another") > failovers_before  # replies really were cut
     for index, (got, want) in enumerate(zip(replies, reference, strict=True)):
