@@ -93,4 +93,6 @@ async def test_tokenizing_a_maximum_size_prompt_leaves_the_event_loop_free(byte_
     await ticking
     assert ids == byte_level.encode(prompt).ids
     assert took > 0.1, "the prompt is too short to tell"
-    assert max(gaps) < took / 3, (max(gaps), took)
+    # Holding the GIL, the longest pause is the whole tokenizing time; half of it leaves room for
+    # a busy machine's scheduling.
+    assert max(gaps) < took / 2, (max(gaps), took)
