@@ -171,7 +171,6 @@ def test_a_server_killed_mid_reply_costs_the_clients_nothing(fleet: Fleet, live_
                 lambda ps: _stream(url, headers, ps[0], threading.Event(), seed=ps[1]), zip(prompts, seeds, strict=True)
             )
         )
-        received = {name: _llm_requests(server)[0] for name, server in fleet.servers.items()}
         started = [threading.Event() for _ in prompts]
         futures = [
             pool.submit(_stream, url, headers, p, e, MAX_TOKENS, seed)
@@ -179,7 +178,7 @@ def test_a_server_killed_mid_reply_costs_the_clients_nothing(fleet: Fleet, live_
         ]
         log = live_gateway.config.var_path / "logs" / "gw.log"
         failovers_before = log.read_text().count("trying another")
-        kill_once_all_taken(fleet, received, STREAMS)
+        kill_while_held(fleet, STREAMS)
         replies = [future.result(timeout=120) for future in futures]
     assert log.read_text().count("trying another") > failovers_before  # replies really were cut
     for index, (got, want) in enumerate(zip(replies, reference, strict=True)):
@@ -193,18 +192,19 @@ def test_a_server_killed_mid_reply_costs_the_clients_nothing(fleet: Fleet, live_
         assert final["usage"]["completion_tokens"] == MAX_TOKENS  # each token counted once
 
 
-def kill_once_all_taken(fleet: Fleet, received: dict[str, int], streams: int) -> None:
-    """Kill the server that took more of the `streams` new requests, the moment the servers have
-    taken them all: on the servers' own counts, not the clients' first tokens (on a loaded
-    machine the clients read their replies late, when the servers may have finished them)."""
-    load: dict[str, int] = {}
+def kill_while_held(fleet: Fleet, streams: int) -> None:
+    """Kill the server whose engine holds the most of the new requests, as soon as the engines
+    hold at least half of the `streams`: on the servers' own gauges (published every 0.1 s),
+    not on the clients' first tokens, which a loaded machine reads late (when the servers may
+    have finished the replies). The `llm` counts a request only once it has ended."""
+    held: dict[str, int] = {}
 
-    def all_taken() -> bool:
-        load.update({name: _llm_requests(server)[0] - received[name] for name, server in fleet.servers.items()})
-        return sum(load.values()) >= streams
+    def holding() -> bool:
+        held.update({name: _llm_requests(server)[1] for name, server in fleet.servers.items()})
+        return sum(held.values()) >= max(1, streams // 2)
 
-    assert wait_until(all_taken, 60, interval_s=0.01), f"the servers took {load} of {streams} requests"
-    fleet.kill(max(load, key=lambda name: load[name]))
+    assert wait_until(holding, 60, interval_s=0.01), f"the engines held {held} of {streams} requests"
+    fleet.kill(max(held, key=lambda name: held[name]))
 
 
 def _llm_requests(server: TritonServer) -> tuple[int, int]:
