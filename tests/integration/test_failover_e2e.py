@@ -171,6 +171,7 @@ def test_a_server_killed_mid_reply_costs_the_clients_nothing(fleet: Fleet, live_
                 lambda ps: _stream(url, headers, ps[0], threading.Event(), seed=ps[1]), zip(prompts, seeds, strict=True)
             )
         )
+        received = {name: _llm_requests(server)[0] for name, server in fleet.servers.items()}
         started = [threading.Event() for _ in prompts]
         futures = [
             pool.submit(_stream, url, headers, p, e, MAX_TOKENS, seed)
@@ -178,7 +179,7 @@ def test_a_server_killed_mid_reply_costs_the_clients_nothing(fleet: Fleet, live_
         ]
         log = live_gateway.config.var_path / "logs" / "gw.log"
         failovers_before = log.read_text().count("trying another")
-        kill_while_held(fleet, STREAMS)
+        kill_while_held(fleet, STREAMS, received, started)
         replies = [future.result(timeout=120) for future in futures]
     assert log.read_text().count("trying another") > failovers_before  # replies really were cut
     for index, (got, want) in enumerate(zip(replies, reference, strict=True)):
@@ -192,19 +193,21 @@ def test_a_server_killed_mid_reply_costs_the_clients_nothing(fleet: Fleet, live_
         assert final["usage"]["completion_tokens"] == MAX_TOKENS  # each token counted once
 
 
-def kill_while_held(fleet: Fleet, streams: int) -> None:
-    """Kill the server whose engine holds the most of the new requests, as soon as the engines
-    hold at least half of the `streams`: on the servers' own gauges (published every 0.1 s),
-    not on the clients' first tokens, which a loaded machine reads late (when the servers may
-    have finished the replies). The `llm` counts a request only once it has ended."""
-    held: dict[str, int] = {}
+def kill_while_held(fleet: Fleet, streams: int, received: dict[str, int], started: list[threading.Event]) -> None:
+    """Kill the server holding the most of the new requests (then: that took more), as soon as
+    the engines' gauges (published every 0.1 s) show half of the `streams` held, or, should
+    they not, once the first clients have tokens. The gauges come first: a loaded machine's
+    clients read their replies late, when the servers may have finished them."""
+    load: dict[str, tuple[int, int]] = {}
 
     def holding() -> bool:
-        held.update({name: _llm_requests(server)[1] for name, server in fleet.servers.items()})
-        return sum(held.values()) >= max(1, streams // 2)
+        for name, server in fleet.servers.items():
+            taken, held = _llm_requests(server)
+            load[name] = (held, taken - received[name])
+        return sum(held for held, _ in load.values()) >= max(1, streams // 2) or all(e.is_set() for e in started[:4])
 
-    assert wait_until(holding, 60, interval_s=0.01), f"the engines held {held} of {streams} requests"
-    fleet.kill(max(held, key=lambda name: held[name]))
+    assert wait_until(holding, 60, interval_s=0.01), f"the engines held {load} of {streams} requests"
+    fleet.kill(max(load, key=lambda name: load[name]))
 
 
 def _llm_requests(server: TritonServer) -> tuple[int, int]:

@@ -181,11 +181,12 @@ def test_a_server_killed_mid_stream_resumes_token_for_token(fleet: Fleet, live_g
 
     with ThreadPoolExecutor(6) as pool:
         reference = list(pool.map(lambda ps: run(ps[0], ps[1], threading.Event()), zip(prompts, seeds, strict=True)))
+        received = {name: _llm_requests(server)[0] for name, server in fleet.servers.items()}
         started = [threading.Event() for _ in prompts]
         futures = [pool.submit(run, p, s, e) for p, s, e in zip(prompts, seeds, started, strict=True)]
         log = live_gateway.config.var_path / "logs" / "gw.log"
         failovers_before = log.read_text().count("trying another")
-        kill_while_held(fleet, len(prompts))
+        kill_while_held(fleet, len(prompts), received, started)
         replies = [future.result(timeout=120) for future in futures]
     assert log.read_text().count("trying another") > failovers_before  # replies really were cut
     for index, (got, want) in enumerate(zip(replies, reference, strict=True)):
