@@ -9,28 +9,14 @@ from collections.abc import Callable
 import pytest
 
 from engine.config import EngineConfig
-from engine.request import FinishReason, RequestClass
-from engine.scheduler import Scheduler, SchedulerOutput
+from engine.request import RequestClass
+from engine.scheduler import Scheduler
 from engine.sequence import Sequence
+
+from .test_scheduler import planned, run_step  # the same step loop as the scheduler's own tests
 
 ConfigFactory = Callable[..., EngineConfig]
 SeqFactory = Callable[..., Sequence]
-
-
-def run_step(scheduler: Scheduler) -> SchedulerOutput:
-    """Plan, 'compute', and append token (last + 1) where a chunk reached the end."""
-    out = scheduler.schedule()
-    scheduler.update_after_step(out)
-    for seq, _ in out.scheduled:
-        if seq.num_computed_tokens == seq.num_tokens:
-            seq.append_token(seq.all_token_ids[-1] + 1)
-            if seq.num_completion_tokens >= seq.sampling.max_tokens:
-                scheduler.finish_sequence(seq, FinishReason.LENGTH)
-    return out
-
-
-def planned(out: SchedulerOutput) -> list[tuple[str, int]]:
-    return [(seq.request_id, n) for seq, n in out.scheduled]
 
 
 def streaming(scheduler: Scheduler, make_sequence: SeqFactory, count: int) -> None:
