@@ -174,8 +174,8 @@ def live_gateway(triton_pool: TritonPool, tmp_path_factory: pytest.TempPathFacto
             "teams": {
                 "e2e": TeamSpec(weight=1.0),
                 "e2e-other": TeamSpec(weight=1.0),
-                # Small enough that one long reply holds it all (the gRPC door's over-share test).
-                "e2e-capped": TeamSpec(weight=1.0, max_inflight_tokens=600),
+                # One long reply holds all but 200 of it (the gRPC door's over-share test).
+                "e2e-capped": TeamSpec(weight=1.0, max_inflight_tokens=8000),
             },
             "gateway": triton_pool.config.gateway.model_copy(update={"grpc_port": grpc_port}),
         }

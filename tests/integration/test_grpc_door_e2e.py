@@ -42,6 +42,9 @@ MAX_TOKENS = DRAIN_MAX_TOKENS
 pytestmark = pytest.mark.integration
 
 PROMPT = "The quick brown fox"
+# What the over-share test's first reply asks for: all but 200 of team `e2e-capped`'s
+# `max_inflight_tokens` (conftest), and far more than the test takes to make its second call.
+CAPPED_HOLD_TOKENS = 7800
 
 
 def _inputs(prompt: str, max_tokens: int, *, seed: int | None = None) -> list[Any]:
@@ -59,6 +62,10 @@ def _inputs(prompt: str, max_tokens: int, *, seed: int | None = None) -> list[An
         item.set_data_from_numpy(array)
         inputs.append(item)
     return inputs
+
+
+def _is_final(result: Any) -> bool:
+    return bool(result.get_response().parameters["triton_final_response"].bool_param)
 
 
 def _bearer(key: str) -> dict[str, str]:
@@ -90,7 +97,7 @@ async def _stream(
             token_ids += result.as_numpy("output_token_ids").tolist()
             if started is not None and len(token_ids) >= 2:
                 started.set()
-            if result.get_response().parameters["triton_final_response"].bool_param:
+            if _is_final(result):
                 final = {n: result.as_numpy(n)[0] for n in ("finish_reason", "completion_tokens", "prompt_tokens")}
                 break
     finally:
@@ -150,21 +157,28 @@ def test_a_bad_key_and_over_share(live_gateway: LiveGateway, triton_pool: Triton
     client.close()
 
     with sync_redis_client(live_gateway.config, "admin") as admin:
-        capped = _bearer(SyncKeyStore(admin, live_gateway.config.teams).create("e2e-capped"))  # 600 tokens in flight
-    started = threading.Event()
-    with ThreadPoolExecutor(1) as pool:
-        long = pool.submit(
-            asyncio.run, _stream(live_gateway.grpc_url, triton_pool.model_id, PROMPT, 500, capped, started=started)
-        )
-        assert started.wait(60)
-        with grpc.insecure_channel(live_gateway.grpc_url) as channel:  # a raw call, to read the trailer
-            request = service_pb2.ModelInferRequest(model_name=triton_pool.model_id)
-            for item in _inputs(PROMPT, 200):
-                request.inputs.append(item._get_tensor())
-                request.raw_input_contents.append(item._get_content())
-            with pytest.raises(grpc.RpcError) as over:
-                service_pb2_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request, metadata=tuple(capped.items()))
-        assert long.result(timeout=120)["final"]["finish_reason"] == b"length"
+        capped = _bearer(SyncKeyStore(admin, live_gateway.config.teams).create("e2e-capped"))
+    # One reply that holds nearly all of the team's tokens in flight until this test cancels it
+    # (one that ran to its end could finish before the second call, on a quick or a loaded machine).
+    responses: queue.Queue[tuple[Any, Any]] = queue.Queue()
+    long = triton_sync.InferenceServerClient(live_gateway.grpc_url)
+    long.start_stream(lambda result, error: responses.put((result, error)), headers=capped)
+    long.async_stream_infer(triton_pool.model_id, _inputs(PROMPT, CAPPED_HOLD_TOKENS), request_id="door-capped-1")
+    _, first_error = responses.get(timeout=60)
+    assert first_error is None, first_error
+    with grpc.insecure_channel(live_gateway.grpc_url) as channel:  # a raw call, to read the trailer
+        request = service_pb2.ModelInferRequest(model_name=triton_pool.model_id)
+        for item in _inputs(PROMPT, 200):
+            request.inputs.append(item._get_tensor())
+            request.raw_input_contents.append(item._get_content())
+        with pytest.raises(grpc.RpcError) as over:
+            service_pb2_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request, metadata=tuple(capped.items()))
+    long.stop_stream(cancel_requests=True)
+    long.close()
+    finals = [r for r, _ in list(responses.queue) if r is not None and _is_final(r)]
+    assert not finals, "the long reply ended before the second call: it no longer held the team's tokens"
+    kv_used = "nv_trt_llm_kv_cache_block_metrics.used"  # the cancel reached the engine: the next test starts clean
+    assert wait_until(lambda: read_kv_metrics(triton_pool.metrics_url)[kv_used] == 0, 30)
     error: Any = over.value
     assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, error.details()
     assert "retry after" in error.details()
