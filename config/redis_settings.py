@@ -18,6 +18,7 @@ the primary is and follows a failover; without, it connects to `host:port`.
         - {host: sentinel-0.example.internal, port: 26379}
         - {host: sentinel-1.example.internal, port: 26379}
       master_name: switchyard
+      replica_acks: 1                 # sentinel mode's default: WAIT for one replica
 """
 
 from __future__ import annotations
@@ -67,6 +68,18 @@ class RedisSpec(_Strict):
     # replicas. Each component logs in to them as its own user, with its own password.
     sentinels: tuple[SentinelAddress, ...] = ()
     master_name: str = "switchyard"
+    # The writes a failover must not lose (a request id's claim and end, usage) wait until
+    # this many replicas hold them (WAIT), for at most `replica_ack_timeout_ms` each
+    # (config/replica_acks.py). None: 1 in sentinel mode, 0 with one address.
+    replica_acks: Annotated[int, Field(ge=0, le=16)] | None = None
+    replica_ack_timeout_ms: Annotated[int, Field(ge=1, le=10_000)] = 200
+
+    @property
+    def acks_required(self) -> int:
+        """How many replicas must hold a durable write (`replica_acks`, or its default)."""
+        if self.replica_acks is not None:
+            return self.replica_acks
+        return 1 if self.sentinels else 0
 
     @property
     def address(self) -> str:

@@ -19,6 +19,7 @@ from fastapi import FastAPI
 from bulk.blob_store import LocalBlobStore
 from bulk.intake import BatchIntake
 from config.redis_client import redis_client as gateway_redis_client
+from config.replica_acks import ReplicaAcks
 from config.settings import SwitchyardConfig, load_config
 from contracts.catalog import ModelCatalog
 from contracts.chat_template import ChatTemplates
@@ -109,7 +110,8 @@ def create_app(
         key_store = KeyStore(redis_client, loaded.teams, load_admin_key_hash(loaded.var_path))
         install_auth(app, key_store)
         edge = install_edge(app, loaded, settings, key_store)  # key, size and caps before any body is read
-        metering = install_metering(app, UsageMeter(redis_client))
+        acks = ReplicaAcks.from_settings(loaded.redis)  # sentinel mode: what a failover must keep
+        metering = install_metering(app, UsageMeter(redis_client, acks))
         async with contextlib.AsyncExitStack() as stack:
             source = (
                 capacity if capacity is not None else await stack.enter_async_context(_polled_capacity(loaded, backend))
@@ -120,7 +122,7 @@ def create_app(
                 loaded,
                 models,
                 registry,
-                idempotency=IdempotencyStore(redis_client, ttl_s=loaded.gateway.idempotency_ttl_s),
+                idempotency=IdempotencyStore(redis_client, ttl_s=loaded.gateway.idempotency_ttl_s, acks=acks),
                 admission=admission,
                 metering=metering,
                 bus=bus,

@@ -22,6 +22,10 @@ keeps nothing after its end (`keep_s=None`): no one can ask for it again. Bulk's
 are kept briefly (gateway.bulk_result_ttl_s): the dispatcher writes the results file from the
 reply itself and retries an entry under a new id, so a day of them would only fill Redis.
 
+In sentinel mode the claim and the end are held by a replica before they count
+(`ReplicaAcks`, config/replica_acks.py): a failover right after cannot forget that an id was
+claimed or ended, and so cannot let a repeat generate it again.
+
 The claim is one Lua script, so two gateways that receive the same id at the same moment
 cannot both generate. Its owner renews `sy:req-owner:{team}:{id}` while it generates (every
 `owner_ttl_s` / 3): a generation whose owner died (a gateway worker SIGKILLed) can be claimed
@@ -42,6 +46,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis.asyncio as aioredis
+
+from config.replica_acks import ReplicaAcks
 
 RESULT_TTL_S = 24 * 3600
 # How long a finished request's deltas stream stays for followers still reading it.
@@ -76,6 +82,24 @@ if redis.call('HEXISTS', KEYS[1], 'owned') == 1 and redis.call('EXISTS', KEYS[2]
   return {'new', ''}
 end
 return {'running', ''}
+"""
+
+
+# KEYS[1] record  KEYS[2] owner  KEYS[3] deltas  ARGV[1] result (JSON)  ARGV[2] keep_s ('': drop
+# the record)  ARGV[3] '1' when followed  ARGV[4] the followers' grace (s)
+_FINAL = """
+if ARGV[2] ~= '' then
+  redis.call('HSET', KEYS[1], 'state', 'done', 'result', ARGV[1])
+  redis.call('EXPIRE', KEYS[1], ARGV[2])
+else
+  redis.call('DEL', KEYS[1])
+end
+redis.call('DEL', KEYS[2])
+if ARGV[3] == '1' then
+  redis.call('XADD', KEYS[3], '*', 'final', ARGV[1])
+  redis.call('EXPIRE', KEYS[3], ARGV[4])
+end
+return 1
 """
 
 
@@ -121,12 +145,15 @@ class IdempotencyStore:
         ttl_s: int = RESULT_TTL_S,
         follow_grace_s: int = FOLLOW_GRACE_S,
         owner_ttl_s: float = OWNER_TTL_S,
+        acks: ReplicaAcks | None = None,
     ) -> None:
         self._redis = client
+        self._acks = acks if acks is not None else ReplicaAcks(0, 1)
         self._ttl_s = ttl_s
         self.owner_ttl_s = owner_ttl_s
         self._follow_grace_s = follow_grace_s
         self._claim = client.register_script(_CLAIM)
+        self._final = client.register_script(_FINAL)
         # `follow` blocks on XREAD in slices shorter than the client's socket timeout (2 s in
         # the gateway), which would otherwise cut a longer wait short with a redis TimeoutError.
         socket_timeout = client.connection_pool.connection_kwargs.get("socket_timeout")
@@ -147,14 +174,18 @@ class IdempotencyStore:
     def _owner_key(team_id: str, request_id: str) -> str:
         return f"sy:req-owner:{team_id}:{request_id}"
 
-    async def claim(self, team_id: str, request_id: str, digest: str) -> Claim:
-        keys = [
+    def _script_keys(self, team_id: str, request_id: str) -> list[str]:
+        """KEYS of the claim and final scripts: record, owner, deltas."""
+        return [
             self._key(team_id, request_id),
             self._owner_key(team_id, request_id),
             self._deltas_key(team_id, request_id),
         ]
+
+    async def claim(self, team_id: str, request_id: str, digest: str) -> Claim:
+        keys = self._script_keys(team_id, request_id)
         args: list[str | int] = [digest, self._ttl_s, max(1, int(self.owner_ttl_s * 1000))]
-        state, result = await self._claim(keys=keys, args=args)
+        state, result = await self._acks.run(self._redis, self._claim, keys, args)
         claim_state = ClaimState(_text(state))
         stored = json.loads(_text(result)) if claim_state is ClaimState.DONE and result else None
         return Claim(claim_state, stored)
@@ -185,19 +216,10 @@ class IdempotencyStore:
     ) -> None:
         """The request's end: its result kept for `keep_s` (a caller-made id; None: its record
         dropped), and the followers' stream ended (`followed`), then let go."""
-        key = self._key(team_id, request_id)
+        keys = self._script_keys(team_id, request_id)
         encoded = json.dumps(result, separators=(",", ":"))
-        async with self._redis.pipeline(transaction=True) as pipe:
-            if keep_s is not None:
-                pipe.hset(key, mapping={"state": "done", "result": encoded})
-                pipe.expire(key, keep_s)
-            else:
-                pipe.delete(key)
-            pipe.delete(self._owner_key(team_id, request_id))
-            if followed:
-                pipe.xadd(self._deltas_key(team_id, request_id), {"final": encoded})
-                pipe.expire(self._deltas_key(team_id, request_id), self._follow_grace_s)
-            await pipe.execute()
+        args = [encoded, "" if keep_s is None else keep_s, "1" if followed else "0", self._follow_grace_s]
+        await self._acks.run(self._redis, self._final, keys, args)
 
     async def forget(self, team_id: str, request_id: str) -> None:
         """Drop a claim whose generation never started (it was refused), so a retry may run."""

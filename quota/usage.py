@@ -8,10 +8,17 @@ reader never sees half a request:
     sy:usage:index:{team}                 zset  yyyymmddhh, scored by the hour's epoch second
     sy:usage:teams                        set   every team that has used anything
     sy:usage:day:{team}:{yyyymmdd}        int   prompt + completion tokens that day (kept 3 days)
+    sy:usage:once:{record_id}             str   this record was counted (kept RECORD_ONCE_TTL_S)
 
 Hours and days are UTC. The index lets a query over a year read only the hours that were used;
 the day counter makes `tokens_today` (the `tokens_per_day` limit, checked per request) one GET.
 Buckets are never expired: they are the bill.
+
+A record with a `record_id` counts once however often it is sent: the gateway sends it again
+when a connection broke (a Redis restart or failover), and the connection may have broken
+after Redis had run it. The marker outlives every retry (30 s) with room to spare and no
+more, so what it costs is a few minutes of ended requests (at 1,350 requests/s about 160,000
+keys, ~16 MB). With `ReplicaAcks` the record is held by a replica before `record` returns.
 """
 
 from __future__ import annotations
@@ -21,6 +28,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 
 import redis.asyncio
+
+from config.replica_acks import ReplicaAcks
 
 TEAMS_KEY = "sy:usage:teams"
 METRICS = (
@@ -33,19 +42,23 @@ METRICS = (
     "kv_token_seconds",  # last: the one float
 )
 _DAY_COUNTER_TTL_S = 3 * 24 * 3600
+RECORD_ONCE_TTL_S = 120
 _HOUR = timedelta(hours=1)
 
-# KEYS: hour bucket, the team's hour index, the teams set, the team's day counter.
-# ARGV: team, hour label, hour start (epoch s), day tokens, day counter TTL, then
-# (field, i|f, increment) per metric.
+# KEYS: hour bucket, the team's hour index, the teams set, the team's day counter, and the
+# record's once-marker when it has an id. ARGV: team, hour label, hour start (epoch s), day
+# tokens, day counter TTL, marker TTL, then (field, i|f, increment) per metric.
 _RECORD = """
+if KEYS[5] and not redis.call('SET', KEYS[5], '1', 'NX', 'EX', ARGV[6]) then
+  return 0
+end
 redis.call('ZADD', KEYS[2], ARGV[3], ARGV[2])
 redis.call('SADD', KEYS[3], ARGV[1])
 if tonumber(ARGV[4]) > 0 then
   redis.call('INCRBY', KEYS[4], ARGV[4])
   redis.call('EXPIRE', KEYS[4], ARGV[5])
 end
-for i = 6, #ARGV, 3 do
+for i = 7, #ARGV, 3 do
   if ARGV[i + 1] == 'f' then
     redis.call('HINCRBYFLOAT', KEYS[1], ARGV[i], ARGV[i + 2])
   else
@@ -66,6 +79,10 @@ def index_key(team_id: str) -> str:
 
 def day_key(team_id: str, day: datetime) -> str:
     return f"sy:usage:day:{team_id}:{day:%Y%m%d}"
+
+
+def once_key(record_id: str) -> str:
+    return f"sy:usage:once:{record_id}"
 
 
 def as_utc(moment: datetime) -> datetime:
@@ -89,6 +106,9 @@ class UsageRecord:
     prompt from admission and grows one token per step, roughly (prompt + completion / 2) ×
     its duration). It is the real cost of a request: a 30,000-token document held for a
     minute costs far more than its token counts say.
+
+    `record_id`, when set, names the request's one generation: the record counts once,
+    however often it is sent.
     """
 
     team_id: str
@@ -101,6 +121,7 @@ class UsageRecord:
     discarded_tokens: int = 0
     cancelled: bool = False
     kv_token_seconds: float = 0.0
+    record_id: str | None = None
 
     def __post_init__(self) -> None:
         counts = (self.requests, self.prompt_tokens, self.cached_tokens, self.completion_tokens, self.discarded_tokens)
@@ -161,21 +182,27 @@ _RowKey = tuple[str, datetime | None, str, str]  # team, hour, model, class
 class UsageMeter:
     """Adds usage records to Redis and reads them back, for every gateway process alike."""
 
-    def __init__(self, client: redis.asyncio.Redis) -> None:
+    def __init__(self, client: redis.asyncio.Redis, acks: ReplicaAcks | None = None) -> None:
         self._redis = client
         self._record = client.register_script(_RECORD)
+        self._acks = acks if acks is not None else ReplicaAcks(0, 1)
 
-    async def record(self, rec: UsageRecord, at: datetime) -> None:
+    async def record(self, rec: UsageRecord, at: datetime) -> bool:
         """Add `rec` to the hour bucket of `at` (when the request ended), atomically, in one
-        command (a script: what one request costs Redis stays a handful of commands)."""
+        command (a script: what one request costs Redis stays a handful of commands). False:
+        a record of that `record_id` was counted already."""
         hour = hour_start(at)
         prefix = f"{rec.model_id}|{rec.request_class}|"
         day_tokens = rec.prompt_tokens + rec.completion_tokens
-        args: list[str | int] = [rec.team_id, f"{hour:%Y%m%d%H}", int(hour.timestamp()), day_tokens, _DAY_COUNTER_TTL_S]
+        args: list[str | int] = [
+            rec.team_id, f"{hour:%Y%m%d%H}", int(hour.timestamp()), day_tokens, _DAY_COUNTER_TTL_S, RECORD_ONCE_TTL_S,
+        ]  # fmt: skip
         for metric, value in rec.increments().items():
             args += [prefix + metric, "f" if isinstance(value, float) else "i", repr(value)]
         keys = [bucket_key(rec.team_id, hour), index_key(rec.team_id), TEAMS_KEY, day_key(rec.team_id, hour)]
-        await self._record(keys=keys, args=args)
+        if rec.record_id is not None:
+            keys.append(once_key(rec.record_id))
+        return bool(await self._acks.run(self._redis, self._record, keys, args))
 
     async def tokens_today(self, team_id: str, now: datetime | None = None) -> int:
         """Prompt + completion tokens `team_id` used since 00:00 UTC (the `tokens_per_day` limit)."""

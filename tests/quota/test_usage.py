@@ -12,7 +12,7 @@ import pytest
 import redis.asyncio
 from prometheus_client import CollectorRegistry
 
-from quota.usage import UsageMeter, UsageRecord, UsageRow, sum_rows
+from quota.usage import RECORD_ONCE_TTL_S, UsageMeter, UsageRecord, UsageRow, sum_rows
 from quota.usage_counters import UsageCounters
 
 T0 = datetime(2025, 3, 4, 10, 0, tzinfo=UTC)
@@ -42,6 +42,22 @@ async def test_records_add_up_per_team_model_and_class(meter: UsageMeter) -> Non
         UsageRow("alpha", "small", "interactive", None, 2, 150, 32, 15, 1, 1.75),
     ]
     assert sum_rows(rows)["prompt_tokens"] == 158
+
+
+async def test_a_record_with_an_id_counts_once_however_often_it_is_sent(meter: UsageMeter, redis_url: str) -> None:
+    first = rec(prompt_tokens=100, completion_tokens=10, record_id="lease-1")
+    assert await meter.record(first, T0) is True
+    assert await meter.record(first, T0) is False  # a retry after a broken connection
+    assert await meter.record(rec(prompt_tokens=1, completion_tokens=2, record_id="lease-2"), T0) is True
+    assert await meter.record(rec(prompt_tokens=5), T0) is True  # no id: counted each time
+    assert await meter.record(rec(prompt_tokens=5), T0) is True
+    (row,) = await meter.query("alpha", T0, T0 + timedelta(hours=1))
+    assert (row.requests, row.prompt_tokens, row.completion_tokens) == (4, 111, 12)
+    assert await meter.tokens_today("alpha", T0) == 123
+    client = redis.asyncio.Redis.from_url(redis_url)
+    ttl = await client.ttl("sy:usage:once:lease-1")
+    await client.aclose()
+    assert 0 < ttl <= RECORD_ONCE_TTL_S  # the marker lapses: it is not the bill
 
 
 async def test_query_counts_the_hours_that_overlap_the_range(meter: UsageMeter) -> None:

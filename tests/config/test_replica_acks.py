@@ -1,0 +1,124 @@
+"""ReplicaAcks on a real primary and replica: a write returns once the replica holds it; a
+replica that cannot acknowledge (frozen) costs one timeout, then a pause without waiting."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+import redis.asyncio as aioredis
+
+from config.replica_acks import ReplicaAcks
+from config.settings import SwitchyardConfig
+from fleet.launch.ports import free_ports
+from fleet.launch.process import wait_until
+from fleet.launch.redis_server import RedisServer
+
+_SET_AND_COUNT = "redis.call('SET', KEYS[1], ARGV[1]); return redis.call('INCR', KEYS[2])"
+
+
+@pytest.fixture()
+def pair(tmp_path: Path) -> Iterator[tuple[RedisServer, RedisServer]]:
+    primary_port, replica_port = free_ports(2)
+    secrets = tmp_path / "secrets"
+    primary = RedisServer(primary_port, tmp_path / "p", tmp_path / "p.log", secrets_dir=secrets)
+    replica = RedisServer(
+        replica_port, tmp_path / "r", tmp_path / "r.log", secrets_dir=secrets, replica_of=(primary.host, primary.port)
+    )
+    primary.start()
+    replica.start()
+    try:
+        with redis.Redis.from_url(replica.url) as client:
+            assert wait_until(lambda: client.info("replication")["master_link_status"] == "up", 30)
+        yield primary, replica
+    finally:
+        replica.stop()
+        primary.stop()
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _pid(server: RedisServer) -> int:
+    with redis.Redis.from_url(server.url) as client:
+        return int(client.info("server")["process_id"])
+
+
+def test_a_write_returns_once_the_replica_holds_it(pair: tuple[RedisServer, RedisServer]) -> None:
+    primary, replica = pair
+
+    async def scenario() -> None:
+        client = aioredis.Redis.from_url(primary.url)
+        script = client.register_script(_SET_AND_COUNT)
+        acks = ReplicaAcks(1, 5000)
+        with redis.Redis.from_url(replica.url) as on_replica:
+            for i in range(20):
+                # The script's own reply comes back, and the replica has its writes already.
+                assert await acks.run(client, script, ["sy:k", "sy:n"], [str(i)]) == i + 1
+                assert on_replica.get("sy:k") == str(i).encode()
+        assert acks.short_acks == 0
+        await client.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_a_frozen_replica_costs_one_timeout_then_a_pause(pair: tuple[RedisServer, RedisServer]) -> None:
+    primary, replica = pair
+    clock = _Clock()
+
+    async def scenario() -> None:
+        client = aioredis.Redis.from_url(primary.url)
+        script = client.register_script(_SET_AND_COUNT)
+        acks = ReplicaAcks(1, 300, pause_s=5.0, clock=clock)
+        pid = _pid(replica)
+        os.kill(pid, signal.SIGSTOP)  # connected still, but acknowledging nothing
+        try:
+            started = time.monotonic()
+            assert await acks.run(client, script, ["sy:k", "sy:n"], ["a"]) == 1  # the write stands
+            assert time.monotonic() - started >= 0.3  # it did wait (a WAIT on another connection would not)
+            assert acks.short_acks == 1
+            assert await acks.run(client, script, ["sy:k", "sy:n"], ["b"]) == 2  # paused: no wait
+            assert acks.short_acks == 1
+            clock.now += 5.0
+            assert await acks.run(client, script, ["sy:k", "sy:n"], ["c"]) == 3  # waits again
+            assert acks.short_acks == 2
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        await client.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_no_replicas_asked_is_the_plain_script(redis_url: str) -> None:
+    async def scenario() -> None:
+        client = aioredis.Redis.from_url(redis_url)
+        script = client.register_script(_SET_AND_COUNT)
+        assert await ReplicaAcks(0, 1).run(client, script, ["sy:k", "sy:n"], ["x"]) == 1
+        await client.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_sentinel_mode_waits_for_one_replica_by_default(tmp_path: Path) -> None:
+    base = {
+        "root": tmp_path,
+        "models": {"m": {"weights_uri": "m", "max_context_tokens": 64}},
+        "pools": {"m": {"model_id": "m", "ports": {"http": 9101, "grpc": 9102, "metrics": 9103}}},
+    }
+    single = SwitchyardConfig.model_validate(base)
+    sentinel = SwitchyardConfig.model_validate({**base, "redis": {"sentinels": [{"host": "127.0.0.1"}]}})
+    chosen = SwitchyardConfig.model_validate({**base, "redis": {"sentinels": [{"host": "h"}], "replica_acks": 2}})
+    assert (single.redis.acks_required, sentinel.redis.acks_required, chosen.redis.acks_required) == (0, 1, 2)
+    with pytest.raises(ValueError):
+        ReplicaAcks(-1, 100)
