@@ -37,6 +37,7 @@ from gateway.auth import Principal, require_model_access
 from gateway.idempotency import ClaimState, IdempotencyStore, RecordGone, fingerprint
 from gateway.metering import Metering
 from gateway.metrics import GatewayMetrics
+from gateway.redis_retry import until_reachable
 from gateway.request_bus import BusMessage, RequestBus
 from gateway.requests_registry import InflightRequest, RequestIdInUse, RequestRegistry
 from quota.admission import Admission, AdmissionRefused
@@ -372,15 +373,21 @@ class _Hooks:
             "error": str(entry.error) if entry.error is not None else None,
             "deltas": [[delta.text, list(delta.token_ids)] for delta in entry.deltas],
         }
-        steps = (
+        team, public_id = self._team_id, self._public_id
+
+        async def end_record() -> None:
             # A failure before any token (a backend 503, say) frees the id, so the retry its
             # Retry-After invites can run; anything else is the request's one result.
-            self._idempotency.forget(self._team_id, self._public_id)
-            if entry.error is not None and not entry.deltas
-            else self._idempotency.record_final(
-                self._team_id, self._public_id, result, keep_s=self._keep_s, followed=self._followed
-            ),
-            self._admission.release(self._lease),
+            if entry.error is not None and not entry.deltas:
+                await self._idempotency.forget(team, public_id)
+            else:
+                await self._idempotency.record_final(
+                    team, public_id, result, keep_s=self._keep_s, followed=self._followed
+                )
+
+        steps = (
+            until_reachable(end_record, what="the request's final record"),
+            until_reachable(lambda: self._admission.release(self._lease), what="the lease's release"),
             self._metering.record(self._usage(entry, ended), at=datetime.now(UTC), door=self._door),
         )
         for outcome in await asyncio.gather(*steps, return_exceptions=True):
@@ -420,4 +427,5 @@ class _Hooks:
             discarded_tokens=usage.discarded_tokens,
             cancelled=entry.stop_reason == "cancelled",
             kv_token_seconds=held_prompt + held_completion,
+            record_id=self._lease.lease_id,  # one lease per generation: a resent record counts once
         )

@@ -12,9 +12,7 @@ door. The bill in Redis is the team's whatever the door.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
 from datetime import datetime
 from typing import Annotated
 
@@ -22,15 +20,13 @@ import redis
 from fastapi import Depends, FastAPI, Request
 from prometheus_client import CollectorRegistry, Counter
 
+from gateway.redis_retry import UNREACHABLE_RETRY_S, until_reachable
 from quota.usage import UsageMeter, UsageRecord
 from quota.usage_counters import UsageCounters
 
 METERING_STATE = "metering"  # app.state.metering: the Metering of this app
 _COUNTERS_STATE = "usage_counters"  # made once per app: a registry refuses a second copy
 _DOOR_COUNTERS_STATE = "usage_door_counters"
-
-# How long a usage record is retried while Redis cannot be reached (a restart takes seconds).
-UNREACHABLE_RETRY_S = 30.0
 
 logger = logging.getLogger(__name__)
 
@@ -79,27 +75,17 @@ class Metering:
         them). Any other Redis failure, or one that outlasts `retry_s`, is logged, not raised:
         the reply has been served, and failing it now would bill nothing and help no one.
 
-        The write is one script, applied whole or not at all; a retry counts twice only if
-        Redis ran it and the connection broke before its reply came back."""
+        The write is one script, applied whole or not at all, and a record with a
+        `record_id` (every request's: its lease's id) counts once however often it is sent,
+        so a retry after a connection that broke once Redis had run it counts nothing twice."""
         self.counters.observe(rec)
         if self.doors is not None:
             self.doors.observe(rec, door)
         extra = {"team": rec.team_id, "model": rec.model_id, "request_class": rec.request_class}
-        deadline, delay = time.monotonic() + self.retry_s, 0.1
-        while True:
-            try:
-                await self.meter.record(rec, at)
-                return
-            except (redis.ConnectionError, redis.TimeoutError) as exc:  # unreachable: try again
-                if time.monotonic() + delay > deadline:
-                    logger.error("usage not recorded in redis", extra=extra, exc_info=exc)
-                    return
-                logger.warning("usage not recorded yet (redis unreachable): retrying", extra=extra)
-                await asyncio.sleep(delay)
-                delay = min(2 * delay, 2.0)
-            except redis.RedisError as exc:
-                logger.error("usage not recorded in redis", extra=extra, exc_info=exc)
-                return
+        try:
+            await until_reachable(lambda: self.meter.record(rec, at), what="usage", retry_s=self.retry_s, extra=extra)
+        except redis.RedisError as exc:
+            logger.error("usage not recorded in redis", extra=extra, exc_info=exc)
 
 
 def install_metering(app: FastAPI, meter: UsageMeter) -> Metering:
