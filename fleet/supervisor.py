@@ -247,7 +247,7 @@ class Supervisor:
     async def _check_draining(self, copy: ServerCopy, now: float) -> None:
         # Still there, still draining (not DEAD) for readers; a server that has deregistered
         # itself on its way out is not registered again.
-        await self._registry.heartbeat(copy.server_id, now)
+        await self._registry.heartbeat(copy.server_id, now, copy.state)
         assert copy.drain_started_at is not None and copy.process is not None
         # The process enforces drain_timeout_s itself; this is for one that hangs.
         if now - copy.drain_started_at > self._fleet.drain_timeout_s + _STOP_TIMEOUT_S:
@@ -328,7 +328,7 @@ class Supervisor:
         logger.info("%s drained and stopped", copy.server_id)
 
     async def _beat(self, copy: ServerCopy, now: float) -> None:
-        if not await self._registry.heartbeat(copy.server_id, now):
+        if not await self._registry.heartbeat(copy.server_id, now, copy.state):
             await self._registry.register(self._info(copy, now))
 
     def _info(self, copy: ServerCopy, now: float) -> ServerInfo:

@@ -39,10 +39,19 @@ if current == 'draining' and ARGV[1] ~= 'dead' then return 0 end
 redis.call('HSET', KEYS[1], 'state', ARGV[1], 'state_since', ARGV[2])
 return 1
 """
-# KEYS[1] server hash; ARGV: now. A heartbeat never brings a deregistered server back.
+# KEYS[1] server hash; ARGV: now, the state its supervisor knows ('' for none). A heartbeat
+# never brings a deregistered server back; it puts back a state that differs (2), except over
+# a drain request.
 _HEARTBEAT = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 redis.call('HSET', KEYS[1], 'heartbeat_at', ARGV[1])
+if ARGV[2] ~= '' then
+  local current = redis.call('HGET', KEYS[1], 'state')
+  if current ~= ARGV[2] and current ~= 'draining' then
+    redis.call('HSET', KEYS[1], 'state', ARGV[2], 'state_since', ARGV[1])
+    return 2
+  end
+end
 return 1
 """
 
@@ -107,9 +116,19 @@ class ServerRegistry:
             pipe.publish(CHANGES_CHANNEL, info.server_id)
             await pipe.execute()
 
-    async def heartbeat(self, server_id: str, now: float) -> bool:
-        """Record that the server was seen alive at `now`; False when it is not registered."""
-        return bool(await self._heartbeat(keys=[server_key(server_id)], args=[repr(now)]))
+    async def heartbeat(self, server_id: str, now: float, state: ServerState | None = None) -> bool:
+        """Record that the server was seen alive at `now`; False when it is not registered.
+
+        `state`: the state its supervisor knows it is in. A stored state that differs is put
+        back (and announced), unless the server was asked to drain: a state change a Redis
+        failover lost (replication is asynchronous, docs/redis.md) would otherwise stay lost,
+        as a server left STARTING for good that no gateway would route to."""
+        beat = await self._heartbeat(
+            keys=[server_key(server_id)], args=[repr(now), "" if state is None else state.value]
+        )
+        if beat == 2:
+            await self._redis.publish(CHANGES_CHANNEL, server_id)
+        return bool(beat)
 
     async def set_state(self, server_id: str, state: ServerState, now: float) -> bool:
         """Move the server to `state`; False when it is not registered, or when it is draining

@@ -60,7 +60,9 @@ class SelfRegistration:
                         if verdict is Verdict.ALIVE and not registered:
                             await registry.register(replace(info, state=ServerState.READY, heartbeat_at=now))
                             registered = True
-                        elif verdict is Verdict.ALIVE and not await registry.heartbeat(info.server_id, now):
+                        elif verdict is Verdict.ALIVE and not await registry.heartbeat(
+                            info.server_id, now, ServerState.READY
+                        ):
                             registered = False  # Redis lost it (flushed, restarted): register again
                     except (OSError, redis.RedisError) as exc:
                         logger.warning("cannot reach the registry at %s: %s", self._config.redis.address, exc)

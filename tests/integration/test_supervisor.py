@@ -25,7 +25,7 @@ from config.settings import FleetSpec, RedisSpec, SwitchyardConfig
 from fleet.launch.ports import FreePorts
 from fleet.supervisor import Supervisor
 from quota.load_board import LoadBoard
-from router.registry import ServerInfo, ServerRegistry
+from router.registry import ServerInfo, ServerRegistry, server_key
 from router.routing_policy import ServerState
 
 pytestmark = pytest.mark.integration
@@ -180,6 +180,12 @@ async def test_a_fleet_restarts_the_dead_and_drains_on_request_or_sigterm(
         print(f"SIGKILL: dead after {to_dead:.1f} s, ready again {to_ready:.1f} s later")
         assert [first.pid, second.pid] != old_pids and None not in (first.pid, second.pid)
         assert [s.grpc_port for s in await registry.servers(POOL)] == [s.grpc_port for s in infos]  # same ports
+
+        # A READY that a Redis failover lost (acknowledged, never replicated): the supervisor's
+        # heartbeats put it back, or no gateway would route to that server again.
+        await client.hset(server_key(f"{POOL}-1"), "state", ServerState.STARTING.value)
+        restored = await eventually(lambda: state_is(f"{POOL}-1", ServerState.READY), 10)
+        print(f"a lost READY restored after {restored:.1f} s")
 
         # SIGKILL the first one's engine stub: Triton still answers ready, but the engine
         # heartbeat stops, so it is dead within ~2 s and relaunched all the same.

@@ -83,6 +83,35 @@ async def test_a_drain_is_never_undone_except_by_death(registry: ServerRegistry)
     assert [s.state for s in await registry.servers(now=T0)] == [ServerState.STARTING]
 
 
+async def test_a_heartbeat_puts_back_a_state_redis_lost_but_never_undoes_a_drain(
+    registry: ServerRegistry, redis_url: str
+) -> None:
+    await registry.register(info())
+    assert await registry.set_state("small-0", ServerState.READY, T0)
+    client = aioredis.Redis.from_url(redis_url)
+    changes = await registry.changes()
+    try:
+        # What a failover can do: the READY write was acknowledged, then lost with the primary.
+        await client.hset(server_key("small-0"), "state", "starting")
+        assert await registry.heartbeat("small-0", T0 + 1, ServerState.READY)
+        (server,) = await registry.servers(now=T0 + 1)
+        assert server.state is ServerState.READY and server.state_since == T0 + 1
+        notice = None
+        for _ in range(20):  # the subscribe confirmation first, then the change
+            notice = await changes.get_message(ignore_subscribe_messages=True, timeout=1.0)
+            if notice is not None:
+                break
+        assert notice is not None and notice["data"] == b"small-0"  # gateways re-read it at once
+        assert await registry.heartbeat("small-0", T0 + 2, ServerState.READY)  # the same: left alone
+        assert (await registry.servers(now=T0 + 2))[0].state_since == T0 + 1
+        assert await registry.request_drain("small-0", now=T0 + 3)
+        assert await registry.heartbeat("small-0", T0 + 4, ServerState.READY)  # alive, but draining
+        assert (await registry.servers(now=T0 + 4))[0].state is ServerState.DRAINING
+    finally:
+        await changes.aclose()  # type: ignore[no-untyped-call]
+        await client.aclose()
+
+
 async def test_unknown_servers_are_refused_not_created(registry: ServerRegistry, redis_url: str) -> None:
     assert not await registry.request_drain("ghost")
     assert not await registry.set_state("ghost", ServerState.READY, T0)
