@@ -3,11 +3,13 @@ check from the recorded history that nothing was lost, nothing ran twice and usa
 
     stack   two gateway workers, two pools of two servers (both the small model unless
             --large: the large one is too slow for this on two CPU cores), the dispatcher,
-            the supervisor in a process of its own, Redis with its append-only file
+            the supervisor in a process of its own, Redis with its append-only file: a
+            primary, a replica and three sentinels (--single-redis: one redis-server)
     load    three teams, one closed-loop client each (bench.chaos_load: streamed, whole,
             request_ids with repeats, cancels, hang-ups, OpenAI SDK calls), and one batch
-            per team (--batch-entries lines each, greedy, --batch-max-tokens, a deadline of
-            the run's length + BATCH_GRACE_MIN)
+            per team (--batch-entries lines each, 21,000 in all by default, greedy,
+            --batch-max-tokens, a deadline of the run's length + BATCH_GRACE_MIN: what has not
+            run by then expires)
     faults  seeded (--seed): every kind of bench.chaos_faults in rounds, one every
             60 / --faults-per-minute seconds
     then    batches to a final status, the invariants (bench.chaos_invariants) one by one,
@@ -27,7 +29,6 @@ import time
 from datetime import UTC, datetime, timedelta
 
 import httpx
-import redis
 
 from bench import chaos_aftermath, chaos_batches, chaos_invariants
 from bench.chaos_batches import ChaosBatch
@@ -35,7 +36,7 @@ from bench.chaos_faults import FaultInjector
 from bench.chaos_history import History, Outcome
 from bench.chaos_invariants import Check, Retry
 from bench.chaos_load import InteractiveLoad, LoadShape, TeamClient
-from bench.chaos_stack import ChaosStack
+from bench.chaos_stack import ChaosStack, with_replica_set
 from bench.common import write_result
 from bench.live import bench_config, with_copies
 from config.settings import SwitchyardConfig, load_config
@@ -61,11 +62,14 @@ def chaos_config(base: SwitchyardConfig, large: bool) -> SwitchyardConfig:
     return config.model_copy(update={"bulk": bulk, "var_dir": str(base.var_path / "chaos")})
 
 
-def start(config: SwitchyardConfig) -> tuple[ChaosStack, dict[str, dict[str, str]]]:
-    stack = ChaosStack(config)
+def start(config: SwitchyardConfig, sentinel: bool) -> tuple[ChaosStack, dict[str, dict[str, str]]]:
+    replicas = None
+    if sentinel:
+        config, replicas = with_replica_set(config)
+    stack = ChaosStack(config, replicas)
     stack.start()
     try:
-        client = redis.Redis.from_url(config.redis_url("admin"))
+        client = stack.redis_admin()
         client.flushall()  # an earlier run's records (its append-only file) would skew this one
         store = SyncKeyStore(client, config.teams)
         headers = {team: {"Authorization": f"Bearer {store.create(team)}"} for team in config.teams}
@@ -146,12 +150,13 @@ async def _checks(
         checks.append(chaos_invariants.ids_generate_once(generations, caller_ids))
         retries = await _retries(client, teams, history)
         checks.append(chaos_invariants.retries_generate_once(retries))
-        mismatches = []
+        rerun, mismatches = 0, list[str]()
         for i, batch in enumerate(batches):
-            mismatches += await chaos_batches.rerun(client, batch, args.rerun_sample, args.seed + i)
-        sampled = sum(min(args.rerun_sample, sum(e[0][0] == "done" for e in b.outcomes.values())) for b in batches)
-        checks.append(chaos_invariants.batch_results_greedy(sampled, mismatches))
-    admin = redis.Redis.from_url(config.redis_url("admin"))
+            count, found = await chaos_batches.rerun(client, batch, args.rerun_sample, args.seed + i)
+            rerun, mismatches = rerun + count, mismatches + found
+        history.marks["reruns_done_s"] = round(history.now(), 1)
+        checks.append(chaos_invariants.batch_results_greedy(rerun, mismatches))
+    admin = stack.redis_admin(socket_timeout=5.0)
     _wait(lambda: not chaos_aftermath.leases_left(admin), config.quota.lease_ttl_s + 30, "leases to go")
     checks.append(chaos_invariants.nothing_left("no lease left", 1, chaos_aftermath.leases_left(admin)))
     admin.close()
@@ -211,8 +216,8 @@ def _fault_rows(history: History) -> list[dict[str, object]]:
 
 
 def run(args: argparse.Namespace) -> dict[str, object]:
-    config = chaos_config(load_config(), args.large)
-    stack, teams = start(config)
+    stack, teams = start(chaos_config(load_config(), args.large), sentinel=not args.single_redis)
+    config = stack.config
     history = History()
     try:
         batches, injector = asyncio.run(_load_phase(stack, teams, args, history))
@@ -249,12 +254,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench chaos", description=__doc__.split("\n\n")[0])
     parser.add_argument("--minutes", type=float, default=10.0, help="length of the load (default 10)")
     parser.add_argument("--seed", type=int, default=1, help="the fault schedule's and the load's seed")
-    parser.add_argument("--batch-entries", type=int, default=1000, help="lines per batch (three batches)")
+    parser.add_argument("--batch-entries", type=int, default=7000, help="lines per batch (three batches)")
     parser.add_argument("--batch-max-tokens", type=int, default=2)
     parser.add_argument("--faults-per-minute", type=float, default=3.0)
     parser.add_argument("--think-s", type=float, default=0.5, help="each team client's pause between calls")
-    parser.add_argument("--rerun-sample", type=int, default=30, help="done entries rerun per batch")
+    parser.add_argument(
+        "--rerun-sample", type=int, default=None, help="done entries rerun per batch (default: every one)"
+    )
     parser.add_argument("--large", action="store_true", help="the second pool runs the large model")
+    parser.add_argument("--single-redis", action="store_true", help="one redis-server, no replica or sentinels")
     return parser.parse_args(argv)
 
 

@@ -1,11 +1,11 @@
 """The chaos run's batches: one per team, submitted at the start with a deadline, every line
 greedy (temperature 0) with a tiny `max_tokens`; afterwards each batch's results and errors
-read back, entry by entry, and a sample of done entries run again to compare.
+read back, entry by entry, and every done entry (or a sample) run again to compare.
 
     submit()   POST /v1/batches (native JSONL), the lines kept here by custom_id
     wait()     until every batch is in a final status (or the time is up)
     outcomes() custom_id -> every outcome the results and errors files hold for it
-    rerun()    a done entry's prompt sent again, whole and greedy: its text must be the same
+    rerun()    each done entry's prompt sent again, whole and greedy: its text must be the same
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 import httpx
 
 FINAL_STATUSES = frozenset({"completed", "expired", "cancelled", "failed"})
+RERUN_CONCURRENCY = 16
+RERUN_ATTEMPTS = 5
 
 
 @dataclass(slots=True)
@@ -94,16 +96,29 @@ async def collect(client: httpx.AsyncClient, batch: ChaosBatch) -> None:
                 batch.outcomes.setdefault(str(record["custom_id"]), []).append(("failed", reason))
 
 
-async def rerun(client: httpx.AsyncClient, batch: ChaosBatch, sample: int, seed: int) -> list[str]:
-    """Mismatches among `sample` done entries run again greedy: '' for none."""
+async def rerun(
+    client: httpx.AsyncClient, batch: ChaosBatch, sample: int | None, seed: int, concurrency: int = RERUN_CONCURRENCY
+) -> tuple[int, list[str]]:
+    """(how many done entries were run again greedy, the mismatches among them): every done
+    entry, or `sample` of them picked with `seed`. A rerun the gateway refuses for now (429,
+    503) is sent again after its Retry-After."""
     done = sorted(cid for cid, ends in batch.outcomes.items() if len(ends) == 1 and ends[0][0] == "done")
-    picked = random.Random(seed).sample(done, min(sample, len(done)))
-    mismatches = []
-    for custom_id in picked:
+    picked = done if sample is None else random.Random(seed).sample(done, min(sample, len(done)))
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(custom_id: str) -> str | None:
         line = {k: v for k, v in batch.lines[custom_id].items() if k != "custom_id"}
-        reply = await client.post("/v1/generate", headers=batch.headers, json={**line, "model": batch.model})
+        async with gate:
+            for _ in range(RERUN_ATTEMPTS):
+                reply = await client.post("/v1/generate", headers=batch.headers, json={**line, "model": batch.model})
+                if reply.status_code not in (429, 503):
+                    break
+                await asyncio.sleep(float(reply.headers.get("retry-after", "1")))
         if reply.status_code != 200:
-            mismatches.append(f"{custom_id}: rerun failed HTTP {reply.status_code}")
-        elif reply.json()["text"] != batch.outcomes[custom_id][0][1]:
-            mismatches.append(f"{custom_id}: {batch.outcomes[custom_id][0][1]!r} != rerun {reply.json()['text']!r}")
-    return mismatches
+            return f"{custom_id}: rerun failed HTTP {reply.status_code}"
+        if reply.json()["text"] != batch.outcomes[custom_id][0][1]:
+            return f"{custom_id}: {batch.outcomes[custom_id][0][1]!r} != rerun {reply.json()['text']!r}"
+        return None
+
+    results = await asyncio.gather(*(one(custom_id) for custom_id in picked))
+    return len(picked), [mismatch for mismatch in results if mismatch is not None]

@@ -7,7 +7,9 @@ history with its time and target.
     kill-gateway-worker SIGKILL one uvicorn worker (uvicorn starts another)
     kill-dispatcher     SIGKILL the bulk dispatcher; the bench starts it again
     kill-supervisor     SIGKILL the supervisor; the bench starts it again (the servers live on)
-    restart-redis       stop redis-server and start it again on its append-only file
+    restart-redis       stop redis-server (the primary) and start it again on its append-only file
+    failover-redis      SIGKILL the Redis primary: the sentinels promote the replica; the old
+                        primary comes back as a replica (sentinel mode only)
     drain               ask a server to drain (`switchyard drain`); the pool's target replaces it
     freeze              SIGSTOP a tritonserver for FREEZE_S, then SIGCONT
     fill-disk           fill a team's blob storage budget with files until the gateway says 413,
@@ -37,6 +39,7 @@ KINDS = (
     "freeze",
     "fill-disk",
 )
+SENTINEL_KINDS = ("failover-redis",)
 FREEZE_S = 4.0
 FILL_HOLD_S = 5.0
 FILL_FILE_BYTES = 1 << 20
@@ -51,13 +54,14 @@ class FaultInjector:
         self._history = history
         self._rng = random.Random(seed)
         self._fill_team = fill_team
+        self.kinds = KINDS + (SENTINEL_KINDS if stack.replicas is not None else ())
         self.errors: list[str] = []  # a fault the injector could not inject (no target, say)
 
     def schedule(self, count: int) -> list[str]:
         """`count` fault kinds: seeded rounds of every kind."""
         kinds: list[str] = []
         while len(kinds) < count:
-            round_ = list(KINDS)
+            round_ = list(self.kinds)
             self._rng.shuffle(round_)
             kinds += round_
         return kinds[:count]
@@ -96,9 +100,10 @@ class FaultInjector:
             os.kill(stack.supervisor_process.pid, signal.SIGKILL)
             history.fault(kind, f"pid {stack.supervisor_process.pid}")
             await asyncio.to_thread(stack.restart_supervisor)
-        elif kind == "restart-redis":
-            history.fault(kind, "redis-server")
-            await asyncio.to_thread(stack.restart_redis)
+        elif kind in ("restart-redis", "failover-redis"):
+            at = history.now()
+            action = stack.restart_redis if kind == "restart-redis" else stack.fail_over_redis
+            history.fault(kind, "redis primary", await asyncio.to_thread(action), at=at)
         elif kind == "fill-disk":
             await self._fill_disk(kind)
         else:

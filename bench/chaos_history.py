@@ -99,8 +99,10 @@ class History:
         call.ended, call.outcome, call.status = self.now(), outcome, status
         call.error, call.retryable, call.stop_reason = error, retryable, stop_reason
 
-    def fault(self, kind: str, target: str, detail: str = "") -> FaultRecord:
-        record = FaultRecord(kind, target, self.now(), detail)  # unrounded: it sorts among the calls exactly
+    def fault(self, kind: str, target: str, detail: str = "", *, at: float | None = None) -> FaultRecord:
+        """Record a fault injected now, or `at` (a `now()` taken when it began)."""
+        when = self.now() if at is None else at
+        record = FaultRecord(kind, target, when, detail)  # unrounded: it sorts among the calls exactly
         self.faults.append(record)
         return record
 

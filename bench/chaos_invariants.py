@@ -56,8 +56,8 @@ def batch_entries_end_once(submitted: Iterable[str], outcomes: Mapping[str, list
     return Check("batch entries end exactly once", len(wanted), tuple(violations))
 
 
-def batch_results_greedy(sampled: int, mismatches: list[str]) -> Check:
-    return Check("done batch entries equal a greedy rerun", sampled, tuple(mismatches))
+def batch_results_greedy(rerun: int, mismatches: list[str]) -> Check:
+    return Check("done batch entries equal a greedy rerun", rerun, tuple(mismatches))
 
 
 def interactive_calls_end(calls: Iterable[CallRecord]) -> Check:

@@ -5,7 +5,10 @@ as the process manager of the parts it kills (a Kubernetes-like restart after ea
     tritonserver, engine stub   the supervisor relaunches the server (fleet/supervisor.py)
     gateway worker              uvicorn's parent starts a new worker
     dispatcher, supervisor      `restart_dispatcher` / `restart_supervisor` (here)
-    redis-server                `restart_redis`: the same port, its append-only file reloaded
+    redis-server                `restart_redis`: the primary on its port, its append-only file reloaded
+    the Redis primary, killed   `fail_over_redis` (sentinel mode, the default): SIGKILL the primary,
+                                wait for the sentinels to promote the replica, start the old one
+                                again (the sentinels make it a replica of the new primary)
 
 Finding processes: a server's `switchyard triton` wrapper pid is in its registry record; the
 `tritonserver` is that wrapper's child, the engine model's Python stub one of its children.
@@ -13,6 +16,7 @@ Finding processes: a server's `switchyard triton` wrapper pid is in its registry
 
 from __future__ import annotations
 
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -20,17 +24,71 @@ from pathlib import Path
 import httpx
 import redis
 
-from fleet.launch.process import ManagedProcess
+from config.redis_client import sync_redis_client
+from config.redis_settings import RedisSpec
+from config.settings import SwitchyardConfig
+from fleet.launch.ports import free_ports
+from fleet.launch.process import ManagedProcess, wait_until
+from fleet.launch.redis_sentinel import RedisReplicaSet
+from fleet.launch.redis_server import RedisServer
 from fleet.stack import Stack
 from router.registry import server_key
 
 SUPERVISOR_MODULE = "bench.chaos_supervisor"
+# The sentinels call a primary down after this long without an answer: Redis's example 5 s.
+# At 1 s a promoted replica, busy on this loaded two-core machine, was called down in turn
+# and failed over again within two seconds.
+DOWN_AFTER_MS = 5000
+FAILOVER_TIMEOUT_MS = 10000
+PROMOTION_TIMEOUT_S = 60.0
+
+
+def with_replica_set(config: SwitchyardConfig) -> tuple[SwitchyardConfig, RedisReplicaSet]:
+    """`config` in sentinel mode over a new primary, replica and three sentinels on free ports
+    (not started), data under its var folder."""
+    root = config.var_path / "redis-set"
+    shutil.rmtree(root, ignore_errors=True)  # an earlier run's sentinels remember its ports
+    ports = free_ports(5)
+    replicas = RedisReplicaSet(
+        ports[:2], ports[2:], root, secrets_dir=config.secrets_path,
+        down_after_ms=DOWN_AFTER_MS, failover_timeout_ms=FAILOVER_TIMEOUT_MS,
+    )  # fmt: skip
+    spec = RedisSpec.model_validate({**config.redis.model_dump(), **replicas.redis_settings()})
+    return config.model_copy(update={"redis": spec}), replicas
 
 
 class ChaosStack(Stack):
-    """A `Stack` whose supervisor is a process the bench can kill and start again."""
+    """A `Stack` whose supervisor is a process the bench can kill and start again; with
+    `replicas`, its Redis is that primary, replica and sentinels instead of one redis-server."""
 
     supervisor_process: ManagedProcess | None = None
+
+    def __init__(self, config: SwitchyardConfig, replicas: RedisReplicaSet | None = None) -> None:
+        super().__init__(config, with_redis=replicas is None)
+        self.replicas = replicas
+
+    def start(self, timeout_s: float = 180.0) -> None:
+        if self.replicas is not None:
+            self.replicas.start()
+            try:
+                self.ensure_keys()
+            except BaseException:
+                self.replicas.stop()
+                raise
+        super().start(timeout_s)
+
+    def redis_admin(self, **options: object) -> redis.Redis:
+        """An admin client that follows the primary (sentinel mode) or the one Redis."""
+        return sync_redis_client(self.config, "admin", **options)
+
+    def primary_node(self) -> RedisServer:
+        """The replica set's node that the sentinels call the primary now."""
+        assert self.replicas is not None
+        address = self.replicas.primary()
+        node = next((n for n in self.replicas.nodes if (n.host, n.port) == address), None)
+        if node is None:
+            raise RuntimeError(f"no primary the sentinels agree on (they say {address})")
+        return node
 
     def _start_servers(self, timeout_s: float) -> None:
         self.start_supervisor()
@@ -47,7 +105,7 @@ class ChaosStack(Stack):
         return [f"{pool}-{k}" for pool in self.pool_ids for k in range(self.config.pools[pool].target_copies)]
 
     def server_record(self, server_id: str) -> dict[str, str]:
-        client = redis.Redis.from_url(self.config.redis_url("admin"), decode_responses=True)
+        client = self.redis_admin(decode_responses=True, socket_timeout=2.0)
         try:
             return client.hgetall(server_key(server_id))  # type: ignore[return-value]
         finally:
@@ -83,11 +141,32 @@ class ChaosStack(Stack):
             self.dispatcher.stop(timeout_s=0.0)
         self.start_dispatcher()
 
-    def restart_redis(self) -> None:
-        """Stop redis-server (SIGTERM: it syncs its append-only file) and start it again."""
-        assert self.redis is not None
-        self.redis.stop()
-        self.redis.start()
+    def restart_redis(self) -> str:
+        """Stop redis-server (SIGTERM: it syncs its append-only file and its replica) and start
+        it again: the primary, in sentinel mode, which rejoins as the primary when the restart
+        beat the sentinels' `down_after`, else as a replica. Returns what happened."""
+        if self.replicas is None:
+            assert self.redis is not None
+            self.redis.stop()
+            self.redis.start()
+            return f"redis-server :{self.redis.port}"
+        node = self.primary_node()
+        node.stop()
+        again = self.replicas.rejoin(node)
+        return f"primary :{node.port} restarted, back as {again.role()}"
+
+    def fail_over_redis(self) -> str:
+        """SIGKILL the primary (nothing flushed), wait for the sentinels to agree on the
+        promoted replica, then start the old primary again as its replica. Returns what
+        happened, for the history."""
+        assert self.replicas is not None
+        replicas, old = self.replicas, self.primary_node()
+        old.kill()
+        promoted = wait_until(lambda: replicas.primary() not in (None, (old.host, old.port)), PROMOTION_TIMEOUT_S)
+        if not promoted:
+            raise RuntimeError(f"no replica promoted within {PROMOTION_TIMEOUT_S:.0f} s of killing :{old.port}")
+        again = replicas.rejoin(old, PROMOTION_TIMEOUT_S)
+        return f"primary :{old.port} killed, :{self.primary_node().port} promoted, :{old.port} back as {again.role()}"
 
     def stop(self) -> None:
         redis_server, self.redis = self.redis, None
@@ -98,6 +177,8 @@ class ChaosStack(Stack):
         self.redis = redis_server
         if redis_server is not None:
             redis_server.stop()
+        if self.replicas is not None:
+            self.replicas.stop()
 
 
 def children(pid: int, proc: Path = Path("/proc")) -> list[tuple[int, str]]:

@@ -170,16 +170,9 @@ class RedisReplicaSet:
             raise ValueError("a replica set needs a primary, a replica and at least one sentinel")
         host = "127.0.0.1"
         primary = (host, ports[0])
-        self.nodes = [
-            RedisServer(
-                port,
-                root / f"redis-{port}",
-                root / f"redis-{port}.log",
-                secrets_dir=secrets_dir,
-                replica_of=None if i == 0 else primary,
-            )
-            for i, port in enumerate(ports)
-        ]
+        self._root = root
+        self._secrets_dir = secrets_dir
+        self.nodes = [self._node(port, None if i == 0 else primary) for i, port in enumerate(ports)]
         self.sentinels = [
             RedisSentinel(
                 port,
@@ -195,6 +188,37 @@ class RedisReplicaSet:
             for port in sentinel_ports
         ]
         self.master_name = master_name
+
+    def _node(self, port: int, replica_of: tuple[str, int] | None) -> RedisServer:
+        root = self._root
+        return RedisServer(
+            port,
+            root / f"redis-{port}",
+            root / f"redis-{port}.log",
+            secrets_dir=self._secrets_dir,
+            replica_of=replica_of,
+        )
+
+    def rejoin(self, node: RedisServer, timeout_s: float = 60.0) -> RedisServer:
+        """Start `node` (killed or stopped) again as a replica of the primary the sentinels
+        name now, as a restarted pod asks them on boot, and wait until it has synced; returns
+        the node as it runs now (it replaces `node` in `nodes`). When they still name `node`
+        itself (a restart quicker than their `down_after`), it starts as the primary again.
+
+        Started plainly, an old primary comes back a primary of its own, holding what it had
+        when it died, until the sentinels demote it; a failover in between may promote it and
+        drop every write since (seen in the chaos run: a second failover two seconds after
+        the first promoted the returning node)."""
+        primary = self.primary()
+        if primary is None:
+            raise RuntimeError("the sentinels agree on no primary: nothing to rejoin")
+        own = (node.host, node.port)
+        again = self._node(node.port, None if primary == own else primary)
+        again.start()
+        self.nodes[self.nodes.index(node)] = again
+        if primary != own and not wait_until(lambda: replica_in_sync(again), timeout_s):
+            raise RuntimeError(f"redis :{node.port} did not sync with the primary {primary} within {timeout_s:.0f} s")
+        return again
 
     def redis_settings(self) -> dict[str, Any]:
         """The `redis:` settings that reach this set through its sentinels."""
@@ -219,7 +243,7 @@ class RedisReplicaSet:
             node.start()
         # The replicas are in sync before anyone relies on them.
         for replica in self.nodes[1:]:
-            if not wait_until(lambda r=replica: _in_sync(r), timeout_s):  # type: ignore[misc]
+            if not wait_until(lambda r=replica: replica_in_sync(r), timeout_s):  # type: ignore[misc]
                 raise RuntimeError(f"replica on port {replica.port} did not sync with the primary")
         for sentinel in self.sentinels:
             sentinel.start()
@@ -231,7 +255,8 @@ class RedisReplicaSet:
             node.stop()
 
 
-def _in_sync(replica: RedisServer) -> bool:
+def replica_in_sync(replica: RedisServer) -> bool:
+    """The replica's link to its primary is up (it has synced and follows the stream)."""
     try:
         with redis.Redis.from_url(replica.url, socket_timeout=0.5) as client:
             info: dict[str, Any] = client.info("replication")

@@ -133,3 +133,11 @@ def test_clients_and_subscribers_follow_a_failover(replica_set: RedisReplicaSet,
 
     recovered_s = asyncio.run(scenario())
     print(f"writes reached the new primary {recovered_s:.1f} s after the kill")
+
+    # The old primary comes back as a replica of the new one, with the writes made since.
+    again = replica_set.rejoin(first, DEADLINE_S)
+    assert again.role() == "slave" and replica_set.nodes[0] is again
+    with redis.Redis.from_url(again.url) as old:
+        assert wait_until(lambda: old.get("sy:after") == b"2", DEADLINE_S)
+    promoted = replica_set.nodes[1]
+    assert replica_set.primary() == (promoted.host, promoted.port)
