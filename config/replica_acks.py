@@ -7,14 +7,13 @@ delivered again); for a request id's claim it would let a repeat generate a seco
 for usage it would bill less than was served. Those writes are scripts (atomic), run by
 `ReplicaAcks.run`:
 
-    one pipeline, not a transaction:  SCRIPT EXISTS (redis-py's check)  ─┐ one connection,
-                                      EVALSHA the write                   │ one round trip
-                                      WAIT replicas timeout_ms           ─┘
+    one pipeline, not a transaction:  EVALSHA the write          ─┐ one connection,
+                                      WAIT replicas timeout_ms   ─┘ one round trip
 
 WAIT counts the replicas that acknowledged this connection's writes, so it must follow them on
 the same connection (a pool would hand it another), and inside MULTI it does not block. The
 reply then waits for the replica's acknowledgement: well under a millisecond on a local
-network, two commands more per write. A replica that
+network, one command more per write. A replica that
 does not acknowledge within the timeout (away, or far behind) is logged, and for `pause_s`
 nothing more waits for it: while it is away there is nothing to fail over to, and a request
 should not pay the timeout three times over. With `replicas` 0 (one Redis, the default
@@ -30,6 +29,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
+from redis.exceptions import NoScriptError
 
 from config.redis_settings import RedisSpec
 
@@ -68,10 +68,7 @@ class ReplicaAcks:
         out, which is logged: the write itself stands)."""
         if self.replicas == 0 or self._clock() < self._paused_until:
             return await script(keys=keys, args=args, client=client)
-        async with client.pipeline(transaction=False) as pipe:
-            await script(keys=keys, args=args, client=pipe)
-            pipe.wait(self.replicas, self.timeout_ms)
-            reply, acked = await pipe.execute()
+        reply, acked = await self._write_and_wait(client, script, [*keys, *args], len(keys))
         if int(acked) < self.replicas:
             self.short_acks += 1
             self._paused_until = self._clock() + self._pause_s
@@ -80,3 +77,23 @@ class ReplicaAcks:
                 int(acked), self.replicas, self.timeout_ms, self._pause_s,
             )  # fmt: skip
         return reply
+
+    async def _write_and_wait(
+        self, client: aioredis.Redis, script: AsyncScript, words: list[Any], numkeys: int
+    ) -> tuple[Any, Any]:
+        """(the script's reply, the replicas that acknowledged) from one pipeline. EVALSHA
+        alone, not redis-py's pipelined script (which sends SCRIPT EXISTS first, every time):
+        a server that does not know the script yet (a new primary) is sent it once."""
+        for _ in range(2):
+            async with client.pipeline(transaction=False) as pipe:
+                pipe.evalsha(script.sha, numkeys, *words)
+                pipe.wait(self.replicas, self.timeout_ms)
+                reply, acked = await pipe.execute(raise_on_error=False)
+            if not isinstance(reply, NoScriptError):
+                break
+            await client.script_load(script.script)
+        if isinstance(reply, Exception):
+            raise reply
+        if isinstance(acked, Exception):
+            raise acked
+        return reply, acked

@@ -68,6 +68,9 @@ def test_a_write_returns_once_the_replica_holds_it(pair: tuple[RedisServer, Redi
                 assert await acks.run(client, script, ["sy:k", "sy:n"], [str(i)]) == i + 1
                 assert on_replica.get("sy:k") == str(i).encode()
         assert acks.short_acks == 0
+        await client.script_flush()  # a newly promoted primary may not know the script yet
+        assert await acks.run(client, script, ["sy:k", "sy:n"], ["again"]) == 21
+        assert acks.short_acks == 0
         await client.aclose()
 
     asyncio.run(scenario())
