@@ -39,19 +39,23 @@ if current == 'draining' and ARGV[1] ~= 'dead' then return 0 end
 redis.call('HSET', KEYS[1], 'state', ARGV[1], 'state_since', ARGV[2])
 return 1
 """
-# KEYS[1] server hash; ARGV: now, the state its supervisor knows ('' for none). A heartbeat
-# never brings a deregistered server back; it puts back a state that differs (2), except over
-# a drain request.
+# KEYS[1] server hash; ARGV: now, the state its supervisor knows ('' for none), dead_after_s.
+# A heartbeat never brings a deregistered server back. 2: readers must hear of it, because it
+# put back a state that differed (never over a drain request), or because the server had read
+# as dead (its last heartbeat older than dead_after_s: a supervisor or Redis away for a while).
 _HEARTBEAT = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+local last = tonumber(redis.call('HGET', KEYS[1], 'heartbeat_at') or '0') or 0
 redis.call('HSET', KEYS[1], 'heartbeat_at', ARGV[1])
+local announce = tonumber(ARGV[1]) - last > tonumber(ARGV[3])
 if ARGV[2] ~= '' then
   local current = redis.call('HGET', KEYS[1], 'state')
   if current ~= ARGV[2] and current ~= 'draining' then
     redis.call('HSET', KEYS[1], 'state', ARGV[2], 'state_since', ARGV[1])
-    return 2
+    announce = true
   end
 end
+if announce then return 2 end
 return 1
 """
 
@@ -122,10 +126,14 @@ class ServerRegistry:
         `state`: the state its supervisor knows it is in. A stored state that differs is put
         back (and announced), unless the server was asked to drain: a state change a Redis
         failover lost (replication is asynchronous, docs/redis.md) would otherwise stay lost,
-        as a server left STARTING for good that no gateway would route to."""
-        beat = await self._heartbeat(
-            keys=[server_key(server_id)], args=[repr(now), "" if state is None else state.value]
-        )
+        as a server left STARTING for good that no gateway would route to.
+
+        A heartbeat that follows a silence longer than `dead_after_s` is announced too: readers
+        that read the server as dead meanwhile (its supervisor restarting, Redis failing over)
+        route to it again at once, not at their next full read of the registry (30 s later:
+        the chaos run's failover-redis fault left pools looking full that long)."""
+        args = [repr(now), "" if state is None else state.value, repr(self.dead_after_s)]
+        beat = await self._heartbeat(keys=[server_key(server_id)], args=args)
         if beat == 2:
             await self._redis.publish(CHANGES_CHANNEL, server_id)
         return bool(beat)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import replace
+from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
@@ -110,6 +111,28 @@ async def test_a_heartbeat_puts_back_a_state_redis_lost_but_never_undoes_a_drain
     finally:
         await changes.aclose()  # type: ignore[no-untyped-call]
         await client.aclose()
+
+
+async def test_a_heartbeat_after_a_silence_is_announced(registry: ServerRegistry) -> None:
+    await registry.register(info())
+    await registry.set_state("small-0", ServerState.READY, T0)
+    changes = await registry.changes()
+    try:
+        assert await _announced(changes) == []  # the subscription's confirmation only
+        assert await registry.heartbeat("small-0", T0 + 1.5, ServerState.READY)  # within dead_after_s
+        assert await _announced(changes) == []
+        assert await registry.heartbeat("small-0", T0 + 4.0, ServerState.READY)  # read as dead for 0.5 s
+        assert await _announced(changes) == [b"small-0"]
+    finally:
+        await changes.aclose()  # type: ignore[no-untyped-call]
+
+
+async def _announced(changes: Any) -> list[bytes]:
+    """The ids announced so far: messages until a quiet 0.3 s."""
+    found = []
+    while (message := await changes.get_message(ignore_subscribe_messages=True, timeout=0.3)) is not None:
+        found.append(message["data"])
+    return found
 
 
 async def test_unknown_servers_are_refused_not_created(registry: ServerRegistry, redis_url: str) -> None:
