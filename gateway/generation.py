@@ -20,7 +20,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -129,6 +129,7 @@ class GenerationService:
         self._bus = bus
         self._metrics = metrics
         self._attach_idle_timeout_s = attach_idle_timeout_s
+        self._background: set[asyncio.Task[object]] = set()  # writes that outlive their request
 
     def model(self, model_id: str) -> ServedModel:
         model = self._catalog.get(model_id)
@@ -166,6 +167,14 @@ class GenerationService:
         admitting = time.monotonic()
         try:
             lease = await self._admission.admit(team_id, pool_id, prompt_tokens + inp.max_tokens, request_class)
+        except redis.RedisError:
+            # Redis went away between the claim and admission (the gateway answers 503): nothing
+            # will run under the id, so it is let go once Redis answers again, for the retry the
+            # 503 invites to run rather than wait on a claim nobody holds.
+            self._in_background(
+                until_reachable(lambda: self._idempotency.forget(team_id, public_id), what="a claim's release")
+            )
+            raise
         except AdmissionRefused as refused:
             self._observe_admission(pool_id, request_class, admitting)
             await self._idempotency.forget(team_id, public_id)  # a retry with this id may run
@@ -243,6 +252,20 @@ class GenerationService:
             return None
         gateway = self._config.gateway
         return gateway.bulk_result_ttl_s if request_class == "bulk" else gateway.idempotency_ttl_s
+
+    def _in_background(self, work: Awaitable[object]) -> None:
+        """Run `work` after the request has been answered; its failure is logged."""
+
+        async def logged() -> object:
+            try:
+                return await work
+            except Exception:
+                logger.exception("a background write failed")
+                return None
+
+        task = asyncio.create_task(logged())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     def _observe_admission(self, pool_id: str, request_class: str, began: float) -> None:
         if self._metrics is not None:
