@@ -21,7 +21,10 @@ class ServerCopy:
     dead_after_s: float
     state: ServerState = ServerState.STARTING
     process: ManagedProcess | None = None  # None: dead awaiting its relaunch, or pending its first start
-    started_at: float = 0.0
+    started_at: float = 0.0  # when its process was launched (what the registry says)
+    # When this supervisor began waiting for it to be ready: its launch, or its takeover from
+    # an earlier supervisor's life (the startup timeout counts from here, not from started_at).
+    watched_since: float = 0.0
     liveness: Liveness = field(init=False)
     failed_starts: int = 0  # in a row, for the relaunch backoff
     relaunch_at: float | None = None

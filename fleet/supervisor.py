@@ -238,7 +238,7 @@ class Supervisor:
         elif verdict is Verdict.DEAD:
             await self._mark_dead(copy, now, copy.liveness.why_dead)
         elif copy.state is ServerState.STARTING:
-            if now - copy.started_at > self._fleet.startup_timeout_s:
+            if now - copy.watched_since > self._fleet.startup_timeout_s:
                 await self._mark_dead(copy, now, f"not ready after {self._fleet.startup_timeout_s:.0f} s")
             else:
                 await self._beat(copy, now)  # loading: alive as a process
@@ -280,7 +280,7 @@ class Supervisor:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         process = ManagedProcess(f"server {copy.server_id}", argv, log_path, env=env)
         process.start()
-        copy.process, copy.state, copy.started_at = process, ServerState.STARTING, now
+        copy.process, copy.state, copy.started_at, copy.watched_since = process, ServerState.STARTING, now, now
         copy.liveness, copy.relaunch_at, copy.drain_started_at = Liveness(self._fleet.dead_after_s), None, None
         await self._registry.register(self._info(copy, now))
         logger.info("launched %s (pid %s) on ports %s", copy.server_id, process.pid, ports.model_dump())
@@ -294,7 +294,9 @@ class Supervisor:
             return False
         log_path = self._config.var_path / "logs" / f"server-{copy.server_id}.log"
         copy.process = AdoptedProcess(f"server {copy.server_id}", stored.pid, log_path)
-        copy.state, copy.started_at = ServerState.STARTING, stored.started_at
+        # STARTING until its heartbeat is seen to advance (a pass or two), however long ago it
+        # started: a supervisor restarted past startup_timeout_s must not kill its servers.
+        copy.state, copy.started_at, copy.watched_since = ServerState.STARTING, stored.started_at, self._clock()
         logger.info("took over %s (pid %s), left running by an earlier supervisor", copy.server_id, stored.pid)
         return True
 

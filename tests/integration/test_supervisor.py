@@ -1,6 +1,7 @@
 """The supervisor with real tritonservers and a real Redis: two copies of a pool come up ready; a
-killed one is marked dead and relaunched; a drained one finishes its in-flight stream, then
-stops and leaves the registry; SIGTERM to a server's process drains it the same way.
+killed one is marked dead and relaunched; a supervisor started again takes its servers over; a
+drained one finishes its in-flight stream, then stops and leaves the registry; SIGTERM to a
+server's process drains it the same way.
 
 One fleet for the whole story (each start of a server costs seconds on two cores)."""
 
@@ -136,7 +137,8 @@ async def test_a_fleet_restarts_the_dead_and_drains_on_request_or_sigterm(
     config = fleet_config(tiny_model.config, redis_url, tmp_path / "var", redis_secrets)
     client = aioredis.Redis.from_url(redis_url)
     registry = ServerRegistry(client, config.fleet.dead_after_s)
-    supervisor = Supervisor(config, registry, FreePorts(), LoadBoard(client))
+    ports = FreePorts()
+    supervisor = Supervisor(config, registry, ports, LoadBoard(client))
     watch: asyncio.Task[None] | None = None
 
     async def server(server_id: str) -> ServerInfo | None:
@@ -195,6 +197,20 @@ async def test_a_fleet_restarts_the_dead_and_drains_on_request_or_sigterm(
         assert to_dead < 3.0, to_dead
         await eventually(lambda: state_is(f"{POOL}-0", ServerState.READY), 90)
         print(f"engine stub SIGKILL: dead after {to_dead:.1f} s")
+
+        # The supervisor killed and started again long after its servers started (past
+        # startup_timeout_s): it takes them over as they are, and kills none (the chaos run:
+        # a restarted supervisor marked both servers "not ready after 180 s" on its first pass).
+        watch.cancel()
+        old_pids = [first.pid, second.pid]
+        for copy in (first, second):
+            await client.hset(server_key(copy.server_id), "started_at", repr(time.time() - 1000))
+        supervisor = Supervisor(config, registry, ports, LoadBoard(client))
+        await supervisor.start(timeout_s=60)
+        first, second = supervisor.copies()
+        assert [first.pid, second.pid] == old_pids
+        assert [s.state for s in await registry.servers(POOL)] == [ServerState.READY, ServerState.READY]
+        watch = asyncio.create_task(supervisor.run())
 
         # Drain the second one while a reply streams from it: the reply completes, then it goes.
         reply = Stream()
