@@ -32,6 +32,19 @@ class KvCache:
     bulk_tokens: int = 0
 
 
+# The families these parsers read. A server's /metrics text is mostly Triton's own per-model
+# inference metrics: parsing only these lines made a server's 10 Hz load publisher cost ~4 %
+# of a core instead of ~10 % (prometheus-client's parser is pure Python).
+_FAMILIES = (KV_CACHE_BLOCK_METRIC, REQUEST_METRIC, CLASS_METRIC, KV_CLASS_METRIC, HEARTBEAT_METRIC)
+_SAMPLE_PREFIXES = tuple(f"{name}{end}" for name in _FAMILIES for end in ("{", " "))
+
+
+def engine_lines(metrics_text: str) -> str:
+    """The sample lines of the engine families in `metrics_text` (comments and every other
+    family dropped: the parser reads the samples as they are)."""
+    return "\n".join(line for line in metrics_text.splitlines() if line.startswith(_SAMPLE_PREFIXES)) + "\n"
+
+
 def parse_kv_cache(metrics_text: str) -> KvCache:
     """The KV capacity, free tokens and tokens held by bulk, and the interactive requests in
     the engine, in one server's Prometheus metrics text."""
@@ -41,7 +54,7 @@ def parse_kv_cache(metrics_text: str) -> KvCache:
     def engine_of(labels: dict[str, str], own: str) -> dict[str, float]:
         return per_engine.setdefault(tuple(sorted((k, v) for k, v in labels.items() if k != own)), {})
 
-    for family in text_string_to_metric_families(metrics_text):
+    for family in text_string_to_metric_families(engine_lines(metrics_text)):
         for sample in family.samples:
             if sample.name == CLASS_METRIC and sample.labels.get("request_class") == "interactive":
                 interactive += int(sample.value)
@@ -94,6 +107,7 @@ def parse_engine_health(metrics_text: str) -> EngineHealth:
     With several engine models on one server the counts are summed and the heartbeat is the
     oldest one: a server whose one stub died cannot serve the model that uses it.
     """
+    metrics_text = engine_lines(metrics_text)
     heartbeats: list[float] = []
     active = waiting = 0
     for family in text_string_to_metric_families(metrics_text):

@@ -44,3 +44,16 @@ def test_a_server_still_loading_exports_nothing() -> None:
 def test_with_two_engines_the_oldest_heartbeat_counts() -> None:
     two = METRICS + 'switchyard_engine_heartbeat{model="other",version="1"} 1732883990.5\n'
     assert parse_engine_health(two).heartbeat == 1732883990.5
+
+
+def test_only_the_engine_families_are_read_among_tritons_own() -> None:
+    """Triton's per-model metrics (most of the text) and names that merely start like ours are
+    skipped before parsing; the engine's numbers are the same."""
+    tritons = (
+        "# HELP nv_inference_count Number of inferences\n# TYPE nv_inference_count counter\n"
+        + "".join(f'nv_inference_count{{model="m{i}",version="1"}} {i}\n' for i in range(200))
+        + 'nv_trt_llm_request_metrics_total{request_type="active"} 99\n'
+        + 'switchyard_engine_heartbeat_seconds{model="x"} 1.0\n'
+    )
+    assert parse_engine_health(tritons + METRICS) == parse_engine_health(METRICS)
+    assert parse_engine_health(METRICS + tritons) == parse_engine_health(METRICS)
