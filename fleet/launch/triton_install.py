@@ -107,11 +107,18 @@ def prepare_backend_dir(var_dir: Path, install: TritonInstall) -> Path:
 
 
 def server_env(install: TritonInstall, base: dict[str, str] | None = None) -> dict[str, str]:
-    """The server's environment: this venv's python3 first, the wheel's libs, the repo root."""
+    """The server's environment: this venv's python3 first, the wheel's libs, the repo root,
+    and one BLAS thread per model process unless the environment names another count."""
     env = dict(os.environ if base is None else base)
     venv_bin = Path(sys.prefix) / "bin"
     env["PATH"] = os.pathsep.join(p for p in (str(venv_bin), env.get("PATH", "")) if p)
     env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (str(install.libs_dir), env.get("LD_LIBRARY_PATH", "")) if p)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
     env.setdefault("PYTHONUNBUFFERED", "1")
+    # The CPU engine's matrices are small: a second OpenBLAS thread made its steps no faster
+    # while it spun on a core that Triton, `llm` and the gateway needed to relay the replies.
+    # One thread: S1's short request 25-45 % faster idle and loaded, the long replies' tokens/s
+    # up 10-30 % (docs/latency.md). A server runs several numpy stubs; each would start a
+    # thread per core.
+    env.setdefault("OPENBLAS_NUM_THREADS", "1")
     return env

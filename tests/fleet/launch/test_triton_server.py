@@ -40,6 +40,12 @@ def test_env_puts_this_venv_first(tmp_path: Path) -> None:
     assert (Path(env["PYTHONPATH"].split(":")[0]) / "bls").is_dir()
 
 
+def test_env_gives_each_model_process_one_blas_thread_unless_told_otherwise() -> None:
+    install = TritonInstall.find()
+    assert server_env(install, {})["OPENBLAS_NUM_THREADS"] == "1"
+    assert server_env(install, {"OPENBLAS_NUM_THREADS": "4"})["OPENBLAS_NUM_THREADS"] == "4"
+
+
 def test_command_names_ports_and_a_unique_shm_prefix(tmp_path: Path) -> None:
     server = TritonServer(
         tmp_path / "repo", Ports(http=1, grpc=2, metrics=3), var_dir=tmp_path, name="p", inference_key="k"
