@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
 
 from contracts.metric_names import (
     CLASS_METRIC,
@@ -34,34 +35,39 @@ class KvCache:
 
 # The families these parsers read. A server's /metrics text is mostly Triton's own per-model
 # inference metrics: parsing only these lines made a server's 10 Hz load publisher cost ~4 %
-# of a core instead of ~10 % (prometheus-client's parser is pure Python).
+# of a core instead of ~10 % (prometheus-client's parser is pure Python), and a health read
+# parses them once for both its parts.
 _FAMILIES = (KV_CACHE_BLOCK_METRIC, REQUEST_METRIC, CLASS_METRIC, KV_CLASS_METRIC, HEARTBEAT_METRIC)
 _SAMPLE_PREFIXES = tuple(f"{name}{end}" for name in _FAMILIES for end in ("{", " "))
 
 
-def engine_lines(metrics_text: str) -> str:
-    """The sample lines of the engine families in `metrics_text` (comments and every other
-    family dropped: the parser reads the samples as they are)."""
-    return "\n".join(line for line in metrics_text.splitlines() if line.startswith(_SAMPLE_PREFIXES)) + "\n"
+def _engine_samples(metrics_text: str) -> list[Sample]:
+    """The samples of the engine families in `metrics_text`: only their sample lines are
+    parsed (comments and every other family dropped; the parser reads samples as they are)."""
+    lines = "\n".join(line for line in metrics_text.splitlines() if line.startswith(_SAMPLE_PREFIXES))
+    return [sample for family in text_string_to_metric_families(lines + "\n") for sample in family.samples]
 
 
 def parse_kv_cache(metrics_text: str) -> KvCache:
     """The KV capacity, free tokens and tokens held by bulk, and the interactive requests in
     the engine, in one server's Prometheus metrics text."""
+    return _kv_cache(_engine_samples(metrics_text))
+
+
+def _kv_cache(samples: list[Sample]) -> KvCache:
     per_engine: dict[tuple[tuple[str, str], ...], dict[str, float]] = {}
     interactive = 0
 
     def engine_of(labels: dict[str, str], own: str) -> dict[str, float]:
         return per_engine.setdefault(tuple(sorted((k, v) for k, v in labels.items() if k != own)), {})
 
-    for family in text_string_to_metric_families(engine_lines(metrics_text)):
-        for sample in family.samples:
-            if sample.name == CLASS_METRIC and sample.labels.get("request_class") == "interactive":
-                interactive += int(sample.value)
-            elif sample.name == KV_CLASS_METRIC and sample.labels.get("request_class") == "bulk":
-                engine_of(sample.labels, "request_class")["bulk"] = sample.value
-            elif sample.name == KV_CACHE_BLOCK_METRIC and "kv_cache_block_type" in sample.labels:
-                engine_of(sample.labels, "kv_cache_block_type")[sample.labels["kv_cache_block_type"]] = sample.value
+    for sample in samples:
+        if sample.name == CLASS_METRIC and sample.labels.get("request_class") == "interactive":
+            interactive += int(sample.value)
+        elif sample.name == KV_CLASS_METRIC and sample.labels.get("request_class") == "bulk":
+            engine_of(sample.labels, "request_class")["bulk"] = sample.value
+        elif sample.name == KV_CACHE_BLOCK_METRIC and "kv_cache_block_type" in sample.labels:
+            engine_of(sample.labels, "kv_cache_block_type")[sample.labels["kv_cache_block_type"]] = sample.value
     capacity = free = bulk = 0
     for blocks in per_engine.values():
         tokens_per = int(blocks.get("tokens_per", 0))
@@ -107,20 +113,19 @@ def parse_engine_health(metrics_text: str) -> EngineHealth:
     With several engine models on one server the counts are summed and the heartbeat is the
     oldest one: a server whose one stub died cannot serve the model that uses it.
     """
-    metrics_text = engine_lines(metrics_text)
+    samples = _engine_samples(metrics_text)
     heartbeats: list[float] = []
     active = waiting = 0
-    for family in text_string_to_metric_families(metrics_text):
-        for sample in family.samples:
-            if sample.name == HEARTBEAT_METRIC and math.isfinite(sample.value):
-                heartbeats.append(sample.value)
-            elif sample.name == REQUEST_METRIC:
-                kind = sample.labels.get("request_type")
-                if kind == "active":
-                    active += int(sample.value)
-                elif kind == "waiting":
-                    waiting += int(sample.value)
-    kv = parse_kv_cache(metrics_text)
+    for sample in samples:
+        if sample.name == HEARTBEAT_METRIC and math.isfinite(sample.value):
+            heartbeats.append(sample.value)
+        elif sample.name == REQUEST_METRIC:
+            kind = sample.labels.get("request_type")
+            if kind == "active":
+                active += int(sample.value)
+            elif kind == "waiting":
+                waiting += int(sample.value)
+    kv = _kv_cache(samples)
     return EngineHealth(
         min(heartbeats, default=None),
         kv.capacity_tokens,
