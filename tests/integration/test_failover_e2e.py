@@ -137,8 +137,10 @@ def _stream(
     started: threading.Event,
     max_tokens: int = MAX_TOKENS,
     seed: int | None = None,
+    admitted: threading.Event | None = None,
 ) -> dict[str, object]:
-    """Greedy, or sampled at temperature 0.9 with `seed` (token i depends only on (seed, i))."""
+    """Greedy, or sampled at temperature 0.9 with `seed` (token i depends only on (seed, i)).
+    `admitted` is set once the gateway has answered 200: the request holds its lease."""
     sampling = {"temperature": 0.0} if seed is None else {"temperature": 0.9, "seed": seed}
     body = {"model": "tiny", "prompt": prompt, "max_tokens": max_tokens, "ignore_eos": True, "stream": True,
             **sampling}  # fmt: skip
@@ -146,6 +148,8 @@ def _stream(
     token_ids: list[int] = []
     with httpx.stream("POST", f"{url}/v1/generate", json=body, headers=headers, timeout=120) as reply:
         assert reply.status_code == 200, reply.read()
+        if admitted is not None:
+            admitted.set()
         for line in reply.iter_lines():
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue
@@ -173,12 +177,19 @@ def test_a_server_killed_mid_reply_costs_the_clients_nothing(fleet: Fleet, live_
         )
         received = {name: _llm_requests(server)[0] for name, server in fleet.servers.items()}
         started = [threading.Event() for _ in prompts]
+        admitted = [threading.Event() for _ in prompts]
         futures = [
-            pool.submit(_stream, url, headers, p, e, MAX_TOKENS, seed)
-            for p, e, seed in zip(prompts, started, seeds, strict=True)
+            pool.submit(_stream, url, headers, p, e, MAX_TOKENS, seed, a)
+            for p, e, seed, a in zip(prompts, started, seeds, admitted, strict=True)
         ]
         log = live_gateway.config.var_path / "logs" / "gw.log"
         failovers_before = log.read_text().count("trying another")
+        # Every request holds its lease before the kill: admitted later, against one server's
+        # capacity, 16 leases of ~970 tokens no longer fit, and the late ones would get 429.
+        for future, event in zip(futures, admitted, strict=True):
+            assert wait_until(lambda e=event, f=future: e.is_set() or f.done(), 60), "a request was never admitted"
+            if future.done():
+                future.result()  # a refusal: raise its assertion here
         kill_while_held(fleet, STREAMS, received, started)
         replies = [future.result(timeout=120) for future in futures]
     assert log.read_text().count("trying another") > failovers_before  # replies really were cut
