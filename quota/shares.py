@@ -266,6 +266,11 @@ def _reason(
             " or lower max_tokens"
         )
     if decision is Decision.REFUSE_TEAM:
+        if share >= capacity:  # no other team wants room: the team's own leases fill the pool
+            return (
+                f"team {team!r} holds {load.in_use} of the {capacity} KV tokens of pool {pool.pool_id!r}, and this"
+                f" request needs {tokens} more: {retry}, when the team's earlier requests end, or lower max_tokens"
+            )
         return (
             f"team {team!r} holds {load.in_use} KV tokens in pool {pool.pool_id!r}; its share is {share:.0f}"
             f" while other teams want capacity, and this request needs {tokens} more: {retry}, or lower max_tokens"

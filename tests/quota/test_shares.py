@@ -89,7 +89,11 @@ def test_a_team_alone_borrows_beyond_its_static_share() -> None:
     result = POLICY.decide(ShareRequest("a", 101, True), view, TeamUsage(), NOW)
     assert (result.decision, result.share_tokens, result.retry_after_s) == (Decision.BORROW, 8000.0, None)
     assert decide("a", 7100, view) == (Decision.BORROW, None)  # up to its whole share
-    assert decide("a", 7101, view)[0] is Decision.REFUSE_TEAM  # beyond it, and no unleased room
+    alone_full = POLICY.decide(ShareRequest("a", 7101, True), view, TeamUsage(), NOW)
+    assert alone_full.decision is Decision.REFUSE_TEAM  # beyond it, and no unleased room
+    # The reason says the team's own leases fill the pool, not that other teams want it.
+    assert "holds 900 of the 8000 KV tokens of pool 'small'" in alone_full.reason
+    assert "other teams" not in alone_full.reason
     assert decide("a", 101, view, interactive=False) == (Decision.BORROW, None)
     assert decide("c", 4000, pool()) == (Decision.ADMIT, None)
     assert decide("c", 4001, pool()) == (Decision.BORROW, None)
