@@ -36,8 +36,13 @@ LONG_COUNTS = (6, 12)
 LONG_TOKENS = 2000
 SHORT_TOKENS = 10
 # Medians of this many: on two shared cores one short request in five meets a scheduling
-# hiccup of tens of ms, which a median of five still shows.
-REPEATS = 15
+# hiccup of tens of ms, which a median of five still shows. Their run is also the window of
+# the long replies' gaps "during" (~1.5 s: ~300 gaps of twelve streams).
+REPEATS = 25
+# The long replies' pace alone, before the short requests: the window of their gaps "before".
+# At 1 s (~200 gaps of twelve streams, so the p99 was the second largest) it ranged 43-247 ms
+# across runs of the same case.
+QUIET_S = 2.0
 
 
 async def _shorts(
@@ -137,7 +142,7 @@ async def _case(
             for i in range(long_replies)
         ]
         traces, longs = start_streams(client, url, bodies)
-        # Measure once every long reply is decoding (its first delta out), then a second of
+        # Measure once every long reply is decoding (its first delta out), then QUIET_S of
         # their pace alone, then the short requests.
         deadline = time.perf_counter() + 120
         while not all(t.event_times for t in traces):
@@ -145,7 +150,7 @@ async def _case(
                 raise RuntimeError(f"long replies did not start: {[t.error for t in traces if t.error]}")
             await asyncio.sleep(0.02)
         quiet_from = time.perf_counter()
-        await asyncio.sleep(1.0)
+        await asyncio.sleep(QUIET_S)
         loaded_from = time.perf_counter()
         loaded = await _shorts(client, url, model, short_prompt)
         loaded_until = time.perf_counter()
@@ -198,6 +203,7 @@ def run(
         "short_tokens": SHORT_TOKENS,
         "long_tokens": LONG_TOKENS,
         "repeats": REPEATS,
+        "quiet_s": QUIET_S,
         "express_max_tokens": engine_config.express_max_tokens,
     }
     if config.serving.target != "cpu":
