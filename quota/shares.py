@@ -171,7 +171,7 @@ class SharePolicy:
 
         def answer(decision: Decision, retry_at: float | None = None) -> ShareDecision:
             retry = None if retry_at is None else max(1, math.ceil(retry_at - now))
-            text = _reason(decision, request, pool, share, load, limits, usage, retry)
+            text = _reason(decision, request, pool, share, weight >= total, load, limits, usage, retry)
             return ShareDecision(decision, share, retry, text)
 
         fallback_at = pool.next_lease_end if pool.next_lease_end is not None else now + 1.0
@@ -229,12 +229,14 @@ def _reason(
     request: ShareRequest,
     pool: PoolView,
     share: float,
+    alone: bool,
     load: TeamLoad,
     limits: TeamLimits,
     usage: TeamUsage,
     retry_after_s: int | None,
 ) -> str:
-    """The sentence an error body carries: what the numbers were and what the caller can do."""
+    """The sentence an error body carries: what the numbers were and what the caller can do.
+    `alone`: no other team wants capacity in the pool (the share is all of it)."""
     team, tokens, capacity = request.team_id, request.tokens, pool.capacity_tokens
     retry = f"retry after {retry_after_s} s" if retry_after_s is not None else ""
     if decision is Decision.ADMIT:
@@ -266,7 +268,7 @@ def _reason(
             " or lower max_tokens"
         )
     if decision is Decision.REFUSE_TEAM:
-        if share >= capacity:  # no other team wants room: the team's own leases fill the pool
+        if alone:  # the team's own leases fill the pool
             return (
                 f"team {team!r} holds {load.in_use} of the {capacity} KV tokens of pool {pool.pool_id!r}, and this"
                 f" request needs {tokens} more: {retry}, when the team's earlier requests end, or lower max_tokens"

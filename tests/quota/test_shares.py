@@ -94,6 +94,11 @@ def test_a_team_alone_borrows_beyond_its_static_share() -> None:
     # The reason says the team's own leases fill the pool, not that other teams want it.
     assert "holds 900 of the 8000 KV tokens of pool 'small'" in alone_full.reason
     assert "other teams" not in alone_full.reason
+    # Also where the share (capacity x weight / weight) rounds below the capacity in floats.
+    odd = SharePolicy({"x": 0.7})
+    odd_full = odd.decide(ShareRequest("x", 20, True), pool(29, x=TeamLoad(10)), TeamUsage(), NOW)
+    assert odd_full.decision is Decision.REFUSE_TEAM and odd_full.share_tokens < 29
+    assert "holds 10 of the 29 KV tokens" in odd_full.reason and "other teams" not in odd_full.reason
     assert decide("a", 101, view, interactive=False) == (Decision.BORROW, None)
     assert decide("c", 4000, pool()) == (Decision.ADMIT, None)
     assert decide("c", 4001, pool()) == (Decision.BORROW, None)
