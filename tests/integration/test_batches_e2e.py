@@ -182,7 +182,9 @@ def test_a_killed_dispatcher_loses_and_duplicates_nothing(
 ) -> None:
     prompts = [f"reclaim test {i}" for i in range(40)]
     first = start_dispatcher()
-    batch = submit(http, jsonl(native_lines(prompts, 24)))
+    # 200 tokens an entry: at 24 a fast machine finished all 40 between the poll that saw 3
+    # done and the kill.
+    batch = submit(http, jsonl(native_lines(prompts, 200, ignore_eos=True)))
     wait_for(http, batch["id"], lambda b: b["counts"]["done"] >= 3, timeout_s=60)
     assert first.pid is not None
     os.killpg(first.pid, signal.SIGKILL)  # mid-batch: chunks held, entries in flight
