@@ -85,10 +85,12 @@ class PoolWatch:
 
 
 def _ports_with_copies(copies: int) -> Ports:
-    """Free base ports whose copies (+10·k) are free too."""
+    """Free base ports whose copies (+10·k) are free too, and all distinct: the config refuses
+    a copy's port that another copy's family already uses (http of copy 0 = metrics of copy 2)."""
     while True:
         http, grpc, metrics = free_ports(3)
-        if all(port_free("127.0.0.1", p + 10 * k) for p in (http, grpc, metrics) for k in range(copies)):
+        wanted = [p + 10 * k for p in (http, grpc, metrics) for k in range(copies)]
+        if len(set(wanted)) == len(wanted) and all(port_free("127.0.0.1", p) for p in wanted):
             return Ports(http=http, grpc=grpc, metrics=metrics)
 
 
