@@ -34,9 +34,9 @@ from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 from bls.engine_tensors import engine_output_tensors, parse_engine_request, read_cancel_target
-from bls.latency_log import LatencyLog
 from bls.metrics import MetricsPublisher
 from bls.tensors import InputError, ResponseSink, TensorSource
+from contracts.latency_log import LatencyLog
 from contracts.llm_tensors import invalid_input_message
 from engine.engine_loop import RequestTimes
 from engine.request import EngineRequest, FinishReason, RequestOutput

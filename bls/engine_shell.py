@@ -9,10 +9,10 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from bls.engine_host import EngineHost, EngineLoopLike
-from bls.latency_log import LatencyLog
 from bls.metrics import TritonEngineMetrics
 from bls.model_config import param_int
 from bls.triton_bindings import PbResponseSink, PbTensorSource
+from contracts.latency_log import LatencyLog
 
 
 def triton_engine_host(

@@ -20,7 +20,6 @@ from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from bls.latency_log import LatencyLog
 from bls.llm_engine_gauges import LlmEngineGauges
 from bls.llm_pipeline import LlmPipeline
 from bls.model_config import (
@@ -35,6 +34,7 @@ from bls.postprocessing import Postprocessor
 from bls.tokenizer import PromptTokenizer
 from bls.triton_bindings import PbResponseSink, PbTensorSource, RequestIds
 from bls.triton_stages import TritonStages
+from contracts.latency_log import LatencyLog
 
 
 class LlmModel:

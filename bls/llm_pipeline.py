@@ -27,7 +27,6 @@ from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from bls.latency_log import LatencyLog
 from bls.llm_request import LlmRequest, parse_llm_request
 from bls.postprocessing import PostprocessResult, PostprocessState
 from bls.preprocessing import Preprocessed
@@ -40,6 +39,7 @@ from bls.tensors import (
     int32_tensor,
     text_tensor,
 )
+from contracts.latency_log import LatencyLog
 from contracts.llm_tensors import invalid_input_message
 from engine.request import EngineRequest, FinishReason, RequestOutput
 
@@ -115,7 +115,7 @@ class _Reply:
 
 @dataclass(slots=True)
 class _Marks:
-    """Wall-clock stamps of one reply in `llm` (bls/latency_log.py); a few per request."""
+    """Wall-clock stamps of one reply in `llm` (contracts/latency_log.py); a few per request."""
 
     received: float = field(default_factory=time.time)
     preprocessed: float | None = None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
@@ -24,6 +25,7 @@ from config.settings import SwitchyardConfig, load_config
 from contracts.catalog import ModelCatalog
 from contracts.chat_template import ChatTemplates
 from contracts.generation import GenerationBackend
+from contracts.latency_log import LatencyLog
 from gateway.auth import install_auth
 from gateway.console import install_console, open_console
 from gateway.deps import Services
@@ -127,6 +129,7 @@ def create_app(
                 metering=metering,
                 bus=bus,
                 metrics=app.state.metrics,
+                latency_log=LatencyLog.from_environment(os.environ),
             )
             await bus.start(generation.on_bus_message)
             stack.push_async_callback(bus.close)

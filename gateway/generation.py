@@ -31,6 +31,7 @@ from config.settings import SwitchyardConfig
 from contracts.catalog import ModelCatalog, ServedModel
 from contracts.errors import ApiError, model_not_found, request_conflict
 from contracts.generation import BackendError, GenerationDelta, GenerationRequest, RequestClass, Usage
+from contracts.latency_log import LatencyLog
 from contracts.prompt_context import check_context, encode_prompt
 from contracts.schemas import GenerateBody
 from gateway.auth import Principal, require_model_access
@@ -119,7 +120,9 @@ class GenerationService:
         bus: RequestBus,
         metrics: GatewayMetrics | None = None,
         attach_idle_timeout_s: float = 60.0,
+        latency_log: LatencyLog | None = None,
     ) -> None:
+        """`latency_log`: a line of stamps per request this process ran (docs/latency.md)."""
         self._config = config
         self._catalog = catalog
         self._registry = registry
@@ -129,6 +132,7 @@ class GenerationService:
         self._bus = bus
         self._metrics = metrics
         self._attach_idle_timeout_s = attach_idle_timeout_s
+        self._latency_log = latency_log  # None: no stamp lines (the default)
         self._background: set[asyncio.Task[object]] = set()  # writes that outlive their request
 
     def model(self, model_id: str) -> ServedModel:
@@ -140,6 +144,7 @@ class GenerationService:
     async def start(self, principal: Principal, inp: GenerationInput, digest: str) -> InflightRequest:
         """A running (or replayed) generation for this team's request; `digest` fingerprints
         the body, so a repeated id with another body is refused."""
+        started = time.time()  # wall clock, to line up with the servers' stamps (latency_log)
         model = self.model(inp.model)
         team_id = require_model_access(principal, principal.team, inp.model)
         assert principal.team is not None
@@ -207,6 +212,7 @@ class GenerationService:
         hooks = _Hooks(
             self._idempotency, self._admission, self._metering, team_id, public_id, request_class, lease,
             keep_s=self._keep_s(inp.request_id, request_class), door=inp.door,
+            stamps=None if self._latency_log is None else _Stamps(self._latency_log, started, time.time()),
         )  # fmt: skip
         try:
             entry = self._registry.start(request, prompt_tokens, public_id=public_id, hooks=hooks)
@@ -317,6 +323,22 @@ async def _stored(result: dict[str, Any], seen: int) -> AsyncIterator[Generation
     yield GenerationDelta(finish_reason=result.get("stop_reason") or "aborted", usage=usage)
 
 
+@dataclass(slots=True)
+class _Stamps:
+    """One request's wall-clock stamps in this gateway, written to the latency log at its end:
+    `started` (the route took the checked body), `admitted` (its lease granted), then the first
+    delta with tokens and the end as the backend reported them."""
+
+    log: LatencyLog
+    started: float
+    admitted: float
+    first_delta: float | None = None
+
+    def write(self, request_id: str) -> None:
+        marks = {"started": self.started, "admitted": self.admitted, "first_delta": self.first_delta}
+        self.log.write("gateway", request_id, {**marks, "finished": time.time()})
+
+
 class _Hooks:
     """One accepted request's bookkeeping: its record for repeats, its lease, its usage."""
 
@@ -332,8 +354,10 @@ class _Hooks:
         *,
         keep_s: int | None,
         door: str = "http",
+        stamps: _Stamps | None = None,
     ) -> None:
         self._idempotency = idempotency
+        self._stamps = stamps
         self._door = door
         self._admission = admission
         self._metering = metering
@@ -363,8 +387,11 @@ class _Hooks:
                         logger.warning("could not renew the claim on %s", self._public_id)
 
     async def on_delta(self, entry: InflightRequest, delta: GenerationDelta) -> None:
-        """Nothing per delta: this process's readers read memory; followers elsewhere are
-        mirrored on their own schedule (`followed`)."""
+        """Nothing per delta but a stamp of the first (when stamping): this process's readers
+        read memory; followers elsewhere are mirrored on their own schedule (`followed`)."""
+        stamps = self._stamps
+        if stamps is not None and stamps.first_delta is None and delta.token_ids:
+            stamps.first_delta = time.time()
 
     def followed(self, entry: InflightRequest, *, mirror: bool) -> None:
         """Another process reads this request: its end goes to the deltas stream, and with
@@ -385,6 +412,8 @@ class _Hooks:
             await entry.wait_changed(mirrored)
 
     async def on_finish(self, entry: InflightRequest) -> None:
+        if self._stamps is not None:
+            self._stamps.write(entry.request_id)
         if self._renewer is not None:
             self._renewer.cancel()
         if self._mirror is not None:

@@ -13,8 +13,8 @@ import numpy as np
 
 from bls.engine_host import EngineHost
 from bls.engine_tensors import cancel_request_tensors, engine_request_tensors
-from bls.latency_log import LatencyLog
 from bls.tensors import DictTensorSource, Outputs, int32_scalar
+from contracts.latency_log import LatencyLog
 from engine.engine_loop import RequestStream
 from engine.request import EngineRequest, FinishReason, RequestOutput, SamplingParams
 from engine.stats import EngineStats

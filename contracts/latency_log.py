@@ -1,11 +1,12 @@
 """`LatencyLog`: where one request's time went inside a server, one JSON line per request and hop.
 
-Off unless the server's environment names a file in `SWITCHYARD_LATENCY_LOG` (a debugging aid
-for docs/latency.md, not a metric): each model process that serves a request appends one line
-when the request ends, holding the wall-clock stamps (`time.time()`) it took on the way, so the
-lines of `llm` and of the engine model line up with each other and with a client on the same
-machine:
+Off unless the process's environment names a file in `SWITCHYARD_LATENCY_LOG` (a debugging
+aid for docs/latency.md, not a metric): each gateway worker and each model process that serves
+a request appends one line when the request ends, holding the wall-clock stamps (`time.time()`)
+it took on the way, so the lines of the gateway, `llm` and the engine model line up with each
+other and with a client on the same machine:
 
+    {"hop": "gateway", "request_id": "team/r1", "received": ..., "admitted": ..., ...}
     {"hop": "llm", "request_id": "team/r1", "received": ..., "preprocessed": ..., ...}
     {"hop": "cpu_engine", "request_id": "team/r1", "submitted": ..., "added": ..., ...}
 
