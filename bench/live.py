@@ -31,7 +31,8 @@ def bench_config(
     weight), every server and Redis on free ports.
 
     Each bench pool gets its own model id alias so the gateway can address it by name: the
-    alias shares the base model's weights."""
+    alias shares the base model's weights. It streams as `base`'s pool of the same model does
+    (`stream_pacing`), so a benchmark measures the pacing `make up` runs."""
     models = {}
     bench_pools = {}
     for pool_id, (model_id, engine) in pools.items():
@@ -40,7 +41,8 @@ def bench_config(
         )
         http, grpc, metrics = free_ports(3)
         ports = Ports(http=http, grpc=grpc, metrics=metrics)
-        bench_pools[pool_id] = PoolSpec(model_id=pool_id, target_copies=1, engine=engine, ports=ports)
+        pool = PoolSpec(model_id=pool_id, target_copies=1, engine=engine, ports=ports)
+        bench_pools[pool_id] = pool.model_copy(update=stream_pacing(base, model_id))
     gateway_port, redis_port, grpc_port = free_ports(3)
     return base.model_copy(
         update={
@@ -52,6 +54,18 @@ def bench_config(
             "var_dir": str(base.var_path / "bench"),
         }
     )
+
+
+def stream_pacing(base: SwitchyardConfig, model_id: str) -> dict[str, object]:
+    """How `base`'s first pool of `model_id` paces streamed responses; {} (the defaults) when
+    no pool serves it."""
+    pool = next((p for p in base.pools.values() if p.model_id == model_id), None)
+    if pool is None:
+        return {}
+    return {
+        "stream_interval_ms": pool.stream_interval_ms,
+        "max_stream_responses_per_s": pool.max_stream_responses_per_s,
+    }
 
 
 def with_copies(config: SwitchyardConfig, pool_id: str, copies: int) -> SwitchyardConfig:
