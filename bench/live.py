@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import shutil
 import threading
 import time
 import urllib.request
@@ -20,7 +21,7 @@ from config.redis_client import sync_redis_client
 from config.settings import COPY_PORT_STRIDE, EngineSpec, PoolSpec, Ports, SwitchyardConfig, TeamSpec
 from engine.config import EngineConfig
 from fleet.launch.ports import free_ports, port_free
-from fleet.stack import Stack
+from fleet.stack import Stack, redis_data_dir
 from quota.keys import SyncKeyStore
 
 
@@ -98,12 +99,17 @@ def _ports_of(ports: Ports) -> tuple[int, int, int]:
 
 
 def start_stack(config: SwitchyardConfig) -> tuple[Stack, dict[str, dict[str, str]]]:
-    """The stack running, and per team the headers that carry a fresh API key of it."""
+    """The stack running on an empty Redis, and per team the headers that carry a fresh API
+    key of it.
+
+    An earlier run's leases and records would skew this one, so its Redis data goes before
+    the stack starts. (Flushing once the stack ran wiped the servers' registrations under the
+    gateway: until they registered again it cut the first requests as "left the fleet".)"""
+    shutil.rmtree(redis_data_dir(config), ignore_errors=True)
     stack = Stack(config)
     stack.start()
     try:
         client = sync_redis_client(config, "admin")
-        client.flushall()  # leases and records of an earlier run would skew this one
         store = SyncKeyStore(client, config.teams)
         headers = {team: {"Authorization": f"Bearer {store.create(team)}"} for team in config.teams}
     except BaseException:

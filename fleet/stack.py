@@ -39,6 +39,11 @@ if TYPE_CHECKING:
     from fleet.signals import ServerCapacity
 
 
+def redis_data_dir(config: SwitchyardConfig) -> Path:
+    """Where a stack's own Redis keeps its data (its append-only file) between runs."""
+    return config.var_path / "redis"
+
+
 class Stack:
     """Start and stop the platform's processes for `config`, on the ports it names.
 
@@ -65,7 +70,7 @@ class Stack:
         self.redis = (
             RedisServer(
                 config.redis.port,
-                config.var_path / "redis",
+                redis_data_dir(config),
                 config.var_path / "logs" / "redis.log",
                 secrets_dir=config.secrets_path,
             )
