@@ -6,7 +6,7 @@ a request appends one line when the request ends, holding the wall-clock stamps 
 it took on the way, so the lines of the gateway, `llm` and the engine model line up with each
 other and with a client on the same machine:
 
-    {"hop": "gateway", "request_id": "team/r1", "received": ..., "admitted": ..., ...}
+    {"hop": "gateway", "request_id": "team/r1", "started": ..., "admitted": ..., ...}
     {"hop": "llm", "request_id": "team/r1", "received": ..., "preprocessed": ..., ...}
     {"hop": "cpu_engine", "request_id": "team/r1", "submitted": ..., "added": ..., ...}
 
@@ -17,10 +17,13 @@ the lines of several processes do not interleave.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import threading
 from collections.abc import Mapping
 from pathlib import Path
+
+logger = logging.getLogger(__name__)
 
 LATENCY_LOG_ENV = "SWITCHYARD_LATENCY_LOG"
 
@@ -40,10 +43,15 @@ class LatencyLog:
         return cls(Path(path)) if path else None
 
     def write(self, hop: str, request_id: str, marks: Mapping[str, float | int | None]) -> None:
-        """One line: the hop (the model's name), the request and its stamps."""
+        """One line: the hop (the process's name), the request and its stamps. A failed write
+        (a full disk) is logged, never raised: the request it describes must end as it would
+        without the log."""
         line = json.dumps({"hop": hop, "request_id": request_id, **marks}) + "\n"
-        with self._lock:
-            os.write(self._fd, line.encode())
+        try:
+            with self._lock:
+                os.write(self._fd, line.encode())
+        except OSError:
+            logger.warning("could not write to the latency log %s", self.path, exc_info=True)
 
     def close(self) -> None:
         with self._lock:
