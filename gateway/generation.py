@@ -190,6 +190,7 @@ class GenerationService:
                 refused.param, headers,
             ) from None  # fmt: skip
         self._observe_admission(pool_id, request_class, admitting)
+        admitted = time.time()
         block_size = self._config.pools[pool_id].engine.block_size
         request = GenerationRequest(
             request_id=scoped,
@@ -212,7 +213,7 @@ class GenerationService:
         hooks = _Hooks(
             self._idempotency, self._admission, self._metering, team_id, public_id, request_class, lease,
             keep_s=self._keep_s(inp.request_id, request_class), door=inp.door,
-            stamps=None if self._latency_log is None else _Stamps(self._latency_log, started, time.time()),
+            stamps=None if self._latency_log is None else _Stamps(self._latency_log, started, admitted),
         )  # fmt: skip
         try:
             entry = self._registry.start(request, prompt_tokens, public_id=public_id, hooks=hooks)
@@ -335,8 +336,13 @@ class _Stamps:
     first_delta: float | None = None
 
     def write(self, request_id: str) -> None:
-        marks = {"started": self.started, "admitted": self.admitted, "first_delta": self.first_delta}
-        self.log.write("gateway", request_id, {**marks, "finished": time.time()})
+        marks = {
+            "started": self.started,
+            "admitted": self.admitted,
+            "first_delta": self.first_delta,
+            "finished": time.time(),
+        }
+        self.log.write("gateway", request_id, marks)
 
 
 class _Hooks:
