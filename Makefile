@@ -6,14 +6,14 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed-stamp
 PORT    ?= 8000
-PACKAGES := config contracts engine bls gateway quota bulk build_engines switchyard bench router trtllm fleet
+PACKAGES := config contracts engine bls fleet_state quota router bulk build_engines trtllm server_host supervisor autoscaler simulator gateway stack bench switchyard
 SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: up test unit integration lint bench chaos build redis chromium clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev]'
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev,sim,kubernetes]'
 	touch $(STAMP)
 
 # redis-server and redis-sentinel (sentinel mode, docs/redis.md) from Debian's packages when missing.

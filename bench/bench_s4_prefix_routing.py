@@ -35,8 +35,8 @@ from tritonclient.grpc.aio import InferenceServerClient
 from bench.common import write_result
 from bench.live import load_tokenizer, percentile, prompt_of, read_inference_count, stream_generate
 from contracts.generation import GenerationRequest
-from fleet.stack import Stack
 from router.triton_backend import TritonBackend
+from stack.local_stack import Stack
 
 NAME = "s4_prefix_routing"
 TEAM = "bench"  # the gateway's cache namespace for this team's requests

@@ -35,7 +35,7 @@ from bench.common import write_result
 from bench.live import StreamTrace, load_tokenizer, percentile, prompt_of, stream_generate
 from config.redis_client import sync_redis_client
 from config.settings import SwitchyardConfig
-from fleet.stack import Stack
+from stack.local_stack import Stack
 
 NAME = "s5_bulk_backlog"
 REQUESTS_ENV = "SWITCHYARD_BENCH_S5_REQUESTS"

@@ -40,9 +40,9 @@ import httpx
 from bench.common import write_result
 from bench.live import StreamTrace, load_tokenizer, prompt_of, read_inference_count, start_streams, stream_generate
 from config.redis_client import redis_client as admin_redis_client
-from fleet.stack import Stack
-from router.registry import ServerRegistry
-from router.routing_policy import ServerState
+from fleet_state.registry import ServerRegistry
+from fleet_state.server_state import ServerState
+from stack.local_stack import Stack
 
 NAME = "s7_s8_failover_drain"
 STREAMS = 16

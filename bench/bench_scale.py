@@ -4,9 +4,9 @@
 
 Idle, per fleet size N: a stand-in fleet (one process) registers N servers and writes their
 load reports every `fleet.load_publish_s`, as N servers' own publishers would
-(fleet/launch/load_publisher.py; one such publisher's own cost is measured apart, against a
+(server_host/load_publisher.py; one such publisher's own cost is measured apart, against a
 stand-in metrics endpoint); the real directory and picker of a gateway worker
-(router/server_directory.py, router/fleet_picker.py) run in a process of their own, and that
+(router/server_directory.py, router/server_picker.py) run in a process of their own, and that
 process's CPU time over a quiet window is the worker's idle cost. Then, in the same worker,
 picks for requests with prompt prefixes: how long each decision takes, and how old the chosen
 server's load report was when routing used it (staleness).
@@ -40,14 +40,14 @@ from config.redis_client import redis_client, sync_redis_client
 from config.settings import SwitchyardConfig, dump_config, load_config
 from contracts.engine_metrics import EngineHealth
 from contracts.generation import GenerationDelta, GenerationRequest, PoolReadiness
-from fleet.launch.load_publisher import LoadPublisher
-from fleet.launch.ports import free_ports
-from fleet.launch.redis_server import RedisServer
-from quota.load_board import LoadBoard, LoadReport, board_key
-from router.fleet_picker import FleetPicker
-from router.registry import ServerInfo, ServerRegistry, server_key
-from router.routing_policy import ServerState
+from fleet_state.load_board import LoadBoard, LoadReport, board_key
+from fleet_state.registry import ServerInfo, ServerRegistry, server_key
+from fleet_state.server_state import ServerState
 from router.server_directory import ROUTING_WINDOW_S, ServerDirectory
+from router.server_picker import ServerPicker
+from server_host.load_publisher import LoadPublisher
+from server_host.ports import free_ports
+from stack.redis_server import RedisServer
 
 NAME = "scale"
 SIZES = (4, 40, 400)
@@ -218,7 +218,7 @@ def _gateway_worker(config_path: str, size: int, busy: Any, quiet: Any, results:
             config, ServerRegistry(client, config.fleet.dead_after_s), LoadBoard(client), http,
             lambda info: None, lambda server_id: None,
         )  # fmt: skip
-        picker = FleetPicker(config, directory)
+        picker = ServerPicker(config, directory)
         directory.start()
         deadline = time.monotonic() + 60
         while sum(load.state is ServerState.READY for load in directory.loads(POOL)) < size:
@@ -262,7 +262,7 @@ async def _cpu_pct_over(window_s: float) -> float:
 
 
 async def _picks(
-    directory: ServerDirectory, picker: FleetPicker, *, refreshing: bool = True
+    directory: ServerDirectory, picker: ServerPicker, *, refreshing: bool = True
 ) -> tuple[list[float], list[float]]:
     """PICKS decisions spread over a few seconds (so they sample every refresh phase), with
     ~100 requests of this worker in flight and prompts sharing a few hot prefixes. They are

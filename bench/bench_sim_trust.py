@@ -5,7 +5,7 @@ model) and through the simulator (one `SimServer`, the same engine configuration
 time to first token and the gaps between tokens as ratios, simulated over live.
 
 The cost model is the CPU engine's own: `LLMEngine.step` timed on the same model and fitted
-(`fleet.sim.cpu_profile`), plus what the serving path adds per step and per stream (one stream,
+(`simulator.cpu_profile`), plus what the serving path adds per step and per stream (one stream,
 then six) and before a first token (a calibration trace of its own, live against simulated),
 measured on the live stack before the trace. The trace itself is never used to fit anything.
 
@@ -15,7 +15,7 @@ two-core machine the gateway and Triton add one-sided delays of up to hundreds o
 to some first tokens (the small model's steps take ~1 ms), so TTFT is compared where the engine
 sets it, at the lower quartile. A wrong cost model or scheduler would be off by multiples; a
 burst of load from elsewhere can be too, which is why this is a benchmark and not a test (the
-scheduling itself is tested exactly, in simulated time: tests/fleet/sim/test_trust.py).
+scheduling itself is tested exactly, in simulated time: tests/simulator/test_trust.py).
 
 The simulator replays with prefix caching off: its prompts are all token 0 and would hit each
 other's blocks (a 400-token prompt read in half the steps), while the live prompts share none.
@@ -40,10 +40,10 @@ from bench.live import (
 )
 from config.settings import EngineSpec, SwitchyardConfig
 from engine.config import EngineConfig
-from fleet.sim.cost_model import LinearCost, fit_linear
-from fleet.sim.cpu_profile import profile_cpu_engine
-from fleet.sim.trace_replay import ReplayResult, TraceRequest, replay
-from fleet.stack import Stack
+from simulator.cost_model import LinearCost, fit_linear
+from simulator.cpu_profile import profile_cpu_engine
+from simulator.trace_replay import ReplayResult, TraceRequest, replay
+from stack.local_stack import Stack
 
 NAME = "sim_trust"
 POOL = "trust"  # the bench pool, and the team whose key calls it

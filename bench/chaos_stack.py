@@ -1,8 +1,8 @@
-"""The chaos run's stack: `fleet.stack.Stack` with the supervisor in a process of its own
+"""The chaos run's stack: `stack.local_stack.Stack` with the supervisor in a process of its own
 (`python -m bench.chaos_supervisor`), so it can be SIGKILLed like any other part, and the bench
 as the process manager of the parts it kills (a Kubernetes-like restart after each kill):
 
-    tritonserver, engine stub   the supervisor relaunches the server (fleet/supervisor.py)
+    tritonserver, engine stub   the supervisor relaunches the server (supervisor/supervisor.py)
     gateway worker              uvicorn's parent starts a new worker
     dispatcher, supervisor      `restart_dispatcher` / `restart_supervisor` (here)
     redis-server                `restart_redis`: the primary on its port, its append-only file reloaded
@@ -27,12 +27,12 @@ import redis
 from config.redis_client import sync_redis_client
 from config.redis_settings import RedisSpec
 from config.settings import SwitchyardConfig
-from fleet.launch.ports import free_ports
-from fleet.launch.process import ManagedProcess, wait_until
-from fleet.launch.redis_sentinel import RedisReplicaSet
-from fleet.launch.redis_server import RedisServer
-from fleet.stack import Stack
-from router.registry import server_key
+from fleet_state.registry import server_key
+from server_host.ports import free_ports
+from server_host.process import ManagedProcess, wait_until
+from stack.local_stack import Stack
+from stack.redis_sentinel import RedisReplicaSet
+from stack.redis_server import RedisServer
 
 SUPERVISOR_MODULE = "bench.chaos_supervisor"
 # The sentinels call a primary down after this long without an answer: Redis's example 5 s.

@@ -11,9 +11,9 @@ import sys
 from pathlib import Path
 
 from config.settings import load_config
-from fleet.launch.ports import ConfiguredPorts
-from fleet.launch.signals import stop_on_signals
-from fleet.supervisor_thread import SupervisorThread
+from server_host.ports import ConfiguredPorts
+from server_host.signals import stop_on_signals
+from supervisor.supervisor_thread import SupervisorThread
 
 
 def main() -> int:

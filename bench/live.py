@@ -20,9 +20,9 @@ from tokenizers import Tokenizer
 from config.redis_client import sync_redis_client
 from config.settings import COPY_PORT_STRIDE, EngineSpec, PoolSpec, Ports, SwitchyardConfig, TeamSpec
 from engine.config import EngineConfig
-from fleet.launch.ports import free_ports, port_free
-from fleet.stack import Stack, redis_data_dir
 from quota.keys import SyncKeyStore
+from server_host.ports import free_ports, port_free
+from stack.local_stack import Stack, redis_data_dir
 
 
 def bench_config(

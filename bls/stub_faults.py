@@ -1,7 +1,7 @@
 """Python stack traces from a Triton Python stub that crashes, in the server's own log.
 
 Every model's `initialize` calls `enable_fault_log()`. A stub inherits tritonserver's stderr,
-which `fleet/launch/triton_server.py` sends to `var/logs/triton-<name>.log`, so a SIGSEGV,
+which `server_host/triton_server.py` sends to `var/logs/triton-<name>.log`, so a SIGSEGV,
 SIGFPE, SIGABRT or SIGBUS in a stub leaves, next to the server's own lines:
 
     Fatal Python error: Segmentation fault

@@ -29,10 +29,10 @@ from bulk.pool_loads import LivePoolLoads
 from config.redis_client import redis_client
 from config.settings import SwitchyardConfig
 from contracts.catalog import ModelCatalog
+from fleet_state.load_board import LoadBoard
 from quota.admission import Admission
 from quota.capacity import BoardCapacity, CapacityMonitor, config_metrics_urls
 from quota.key_files import ADMIN_KEY_ENV, admin_key_path, read_key_file
-from quota.load_board import LoadBoard
 
 logger = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@
       redis-sentinel             the sentinels' login to the data nodes and to each other
       triton-inference-key       the header value Triton demands on its inference endpoints
 
-Only reading lives here (every component reads its own file); `fleet/launch/secret_files.py`
+Only reading lives here (every component reads its own file); `stack/secret_files.py`
 makes them. Nothing is ever regenerated once present: a running fleet keeps its credentials.
 """
 
@@ -54,7 +54,7 @@ def read_secret(path: Path) -> str:
         value = path.read_text().strip()
     except FileNotFoundError:
         raise MissingSecretError(
-            f"secret {path} is missing: `make up` (or `python -m fleet.launch.secret_files DIR`) makes it"
+            f"secret {path} is missing: `make up` (or `python -m stack.secret_files DIR`) makes it"
         ) from None
     if not value:
         raise MissingSecretError(f"secret {path} is empty")

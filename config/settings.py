@@ -49,7 +49,7 @@ class Architecture(_Strict):
 
 
 class ModelSpec(_Strict):
-    """The brief's Model record, plus what `switchyard build` needs to make one."""
+    """A Model record (docs/brief.md), plus what `switchyard build` needs to make one."""
 
     weights_gb: float = 0.0
     gpus_per_copy: Annotated[int, Field(ge=1)] = 1
@@ -99,7 +99,7 @@ COPY_PORT_STRIDE = 10  # copy k of a pool listens on the pool's ports + 10·k
 
 
 class PoolSpec(_Strict):
-    """The brief's Pool record: the servers that run one model, and how each is sized.
+    """A Pool record: the servers that run one model, and how each is sized.
 
     `ports` are copy 0's; copy k uses each of them + 10·k (`copy_ports`), so the ports
     `make up` opens are predictable."""
@@ -147,7 +147,7 @@ class FleetSpec(_Strict):
     # sooner than this after the drain began: gateways must have read the new state by then.
     drain_settle_s: Annotated[float, Field(ge=0)] = 1.0
     max_restart_backoff_s: Annotated[float, Field(ge=0)] = 30.0  # a server that keeps failing to start
-    # Each server publishes its load this often (quota/load_board.py); gateways read the board
+    # Each server publishes its load this often (fleet_state/load_board.py); gateways read the board
     # as often (router/server_directory.py): the load routing sees is at most ~2x this old.
     load_publish_s: Annotated[float, Field(gt=0, le=5)] = 0.1
 
@@ -244,7 +244,7 @@ class AutoscalerSpec(_Strict):
     scale_in_after_s: Annotated[float, Field(ge=0)] = 600.0
     ttft_target_s: Annotated[float, Field(gt=0)] = 1.0  # p99 above this adds a copy at once
     # A live pool's per-server capacity is derived from its engine settings and these averages
-    # (fleet/live_service.py); the brief's: 2,000 + 300 tokens, ~10 s a reply.
+    # (autoscaler/live.py); the brief's: 2,000 + 300 tokens, ~10 s a reply.
     avg_request_tokens: Annotated[int, Field(ge=1)] = 2_300
     avg_request_s: Annotated[float, Field(gt=0)] = 10.0
     bulk_tokens_per_entry: Annotated[int, Field(ge=1)] = 2_300  # a pending batch entry's estimated work

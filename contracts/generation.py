@@ -1,7 +1,7 @@
 """The seam between the gateway and whatever generates tokens.
 
 The HTTP layer never talks to Triton directly: it hands a `GenerationRequest` to a
-`GenerationBackend` and reads `GenerationDelta`s back. `FleetBackend` (router/fleet_backend.py,
+`GenerationBackend` and reads `GenerationDelta`s back. `FailoverBackend` (router/failover_backend.py,
 streaming through router/triton_backend.py) is the real one; unit tests inject a fake through
 `create_app(backend_factory=...)`.
 

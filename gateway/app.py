@@ -26,6 +26,7 @@ from contracts.catalog import ModelCatalog
 from contracts.chat_template import ChatTemplates
 from contracts.generation import GenerationBackend
 from contracts.latency_log import LatencyLog
+from fleet_state.registry import ServerRegistry
 from gateway.auth import install_auth
 from gateway.console import install_console, open_console
 from gateway.deps import Services
@@ -44,25 +45,24 @@ from quota.capacity import CapacityMonitor, CapacitySource, config_metrics_urls
 from quota.key_files import load_admin_key_hash
 from quota.keys import KeyStore
 from quota.usage import UsageMeter
-from router.fleet_backend import FleetBackend
-from router.registry import ServerRegistry
+from router.failover_backend import FailoverBackend
 
 
 def triton_backend_factory(
     config: SwitchyardConfig, settings: GatewaySettings, metrics: GatewayMetrics
 ) -> GenerationBackend:
     """The production backend: Triton's `llm` model over gRPC on the fleet's servers, routed
-    and failed over (router/fleet_backend.py)."""
-    from router.fleet_setup import fleet_backend  # tritonclient is heavy; load it only here
+    and failed over (router/failover_backend.py)."""
+    from router.routing_setup import failover_backend  # tritonclient is heavy; load it only here
 
-    return fleet_backend(config, metrics.routed, host=settings.triton_host, retry_after_s=settings.retry_after_s)
+    return failover_backend(config, metrics.routed, host=settings.triton_host, retry_after_s=settings.retry_after_s)
 
 
 @contextlib.asynccontextmanager
 async def _polled_capacity(config: SwitchyardConfig, backend: GenerationBackend) -> AsyncIterator[CapacitySource]:
     """Each pool's KV capacity: the fleet backend's directory already reads every server's
     metrics; another backend gets its configured servers polled in the background."""
-    if isinstance(backend, FleetBackend) and backend.capacity is not None:
+    if isinstance(backend, FailoverBackend) and backend.capacity is not None:
         yield backend.capacity
         return
     async with httpx.AsyncClient() as client:

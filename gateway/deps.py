@@ -12,12 +12,12 @@ from bulk.intake import BatchIntake
 from config.settings import SwitchyardConfig
 from contracts.catalog import ModelCatalog
 from contracts.generation import GenerationBackend
+from fleet_state.registry import ServerRegistry
 from gateway.generation import GenerationService
 from gateway.metrics import GatewayMetrics
 from gateway.requests_registry import RequestRegistry
 from gateway.settings import GatewaySettings
 from quota.admission import Admission
-from router.registry import ServerRegistry
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,7 +24,7 @@ from redis.exceptions import RedisError
 
 from config.settings import SwitchyardConfig
 from contracts.engine_metrics import KvCache, parse_kv_cache
-from quota.load_board import Freshness, LoadBoard
+from fleet_state.load_board import Freshness, LoadBoard
 
 logger = logging.getLogger(__name__)
 

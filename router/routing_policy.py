@@ -48,10 +48,11 @@ tie-break is the server id.
 
 from __future__ import annotations
 
-import enum
 import hashlib
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
+
+from fleet_state.server_state import ServerState
 
 REASON_PREFIX = "prefix"  # a server holding the prefix, within the bound
 REASON_SPILL = "spill"  # servers held the prefix but all were over the bound
@@ -59,15 +60,6 @@ REASON_LEAST_LOADED = "least-loaded"  # no candidate held the prefix (or none wi
 REASON_NO_ROOM = "no-room"  # no eligible server had room; the engine will queue it
 REASON_HOME = "home"  # no server within the bound held the prefix: its rendezvous-hash home
 REASON_DISPLACE = "displace"  # no server had free room: one where preempting bulk makes it
-
-
-class ServerState(str, enum.Enum):
-    """A server's place in its life: only READY servers take new work."""
-
-    STARTING = "starting"
-    READY = "ready"
-    DRAINING = "draining"  # finishes what it has, takes nothing new
-    DEAD = "dead"
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,7 +4,7 @@
                          their states (starting, ready, draining, dead)
     load board (Redis) ──every fleet.load_publish_s while this worker routes, every second
                          while it does not──▶ each server's KV and requests, as the server
-                         itself published them (quota/load_board.py)
+                         itself published them (fleet_state/load_board.py)
     streams            ──▶ a gRPC client per routable server (added and removed as they come and go)
 
 No server is scraped from here: a gateway worker costs Redis one HGETALL per pool per refresh,
@@ -32,10 +32,11 @@ import httpx
 
 from config.settings import SwitchyardConfig
 from contracts.engine_metrics import EngineHealth, parse_engine_health
+from fleet_state.load_board import Freshness, LoadBoard, LoadReport
+from fleet_state.registry import ServerInfo, ServerRegistry
+from fleet_state.server_state import ServerState
 from quota.capacity import ObservedPools, PoolCapacity
-from quota.load_board import Freshness, LoadBoard, LoadReport
-from router.registry import ServerInfo, ServerRegistry
-from router.routing_policy import ServerLoad, ServerState
+from router.routing_policy import ServerLoad
 
 logger = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """`GenerationBackend` over Triton's gRPC streaming API: one client per server, model `llm`.
 
-`FleetBackend` (router/fleet_backend.py) chooses the server and streams through `stream_on()`.
+`FailoverBackend` (router/failover_backend.py) chooses the server and streams through `stream_on()`.
 
 Each request opens its own `ModelStreamInfer` stream carrying exactly one inference request
 (Triton request id = our request id) and reads the decoupled responses until the one with a
@@ -98,11 +98,8 @@ class TritonBackend:
         self._pool_models.pop(target, None)
         return self._clients.pop(target, None)
 
-    def has_target(self, target: str) -> bool:
-        return target in self._clients
-
-    async def stream_on(self, pool_id: str, request: GenerationRequest) -> AsyncGenerator[GenerationDelta, None]:
-        """Stream `request` from one target; raises BackendUnavailable / BackendError when it
+    async def stream_on(self, server_id: str, request: GenerationRequest) -> AsyncGenerator[GenerationDelta, None]:
+        """Stream `request` from the server `server_id` (a target); raises BackendUnavailable / BackendError when it
         fails, RequestRejected when the request's input cannot be sent or the server refuses it."""
         try:
             inputs = build_inputs(request)
@@ -112,13 +109,13 @@ class TritonBackend:
         async def one_request() -> AsyncIterator[dict[str, Any]]:
             yield {"model_name": LLM_MODEL, "inputs": inputs, "request_id": request.request_id}
 
-        stream: ResponseStream = self._clients[pool_id].stream_infer(one_request(), headers=self._headers)
+        stream: ResponseStream = self._clients[server_id].stream_infer(one_request(), headers=self._headers)
         self._streams[request.request_id] = stream
         finished = False
         try:
             async for result, error in stream:
                 if error is not None:
-                    raise _stream_error(pool_id, error.message())
+                    raise _stream_error(server_id, error.message())
                 if result is None:
                     continue
                 delta = parse_response(result)
@@ -126,7 +123,7 @@ class TritonBackend:
                 yield delta
                 if finished:
                     return
-            raise BackendError(f"pool {pool_id!r}: stream ended without a finish reason")
+            raise BackendError(f"server {server_id!r}: stream ended without a finish reason")
         except asyncio.CancelledError:
             if request.request_id not in self._cancelled:
                 current = asyncio.current_task()
@@ -135,7 +132,7 @@ class TritonBackend:
                     # way, and the channel closes when its server leaves the fleet (marked dead:
                     # `detach_target`). A dead server's reply fails over; before, it ended as if
                     # the client had cancelled it (the chaos run's kill-engine-stub fault).
-                    message = f"pool {pool_id!r}: the server's connection closed mid-reply (it left the fleet)"
+                    message = f"server {server_id!r}: its connection closed mid-reply (it left the fleet)"
                     raise BackendUnavailable(message, retry_after_s=self._retry_after_s) from None
                 raise  # our reader was cancelled: the finally below cancels the call
             finished = True  # cancel(): grpc surfaced the local cancellation as CancelledError
@@ -143,7 +140,7 @@ class TritonBackend:
         except grpc.aio.AioRpcError as exc:
             if exc.code() == grpc.StatusCode.INVALID_ARGUMENT:  # a stream in triton_grpc_error mode
                 raise RequestRejected(refused_input(exc.details() or "") or exc.details() or "") from exc
-            message = f"pool {pool_id!r}: {exc.code().name}: {exc.details()}"
+            message = f"server {server_id!r}: {exc.code().name}: {exc.details()}"
             if exc.code() in _UNAVAILABLE_CODES:
                 raise BackendUnavailable(message, retry_after_s=self._retry_after_s) from exc
             raise BackendError(message) from exc
@@ -183,12 +180,12 @@ class TritonBackend:
             await client.close()
 
 
-def _stream_error(pool_id: str, message: str) -> BackendError:
+def _stream_error(server_id: str, message: str) -> BackendError:
     """An error response of `llm`: the caller's when it refused the input, else the server's."""
     detail = refused_input(message)
     if detail is not None:
         return RequestRejected(detail)
-    return BackendError(f"pool {pool_id!r}: {message}")
+    return BackendError(f"server {server_id!r}: {message}")
 
 
 def build_inputs(request: GenerationRequest) -> list[InferInput]:
@@ -222,17 +219,17 @@ def build_inputs(request: GenerationRequest) -> list[InferInput]:
 def parse_response(result: InferResult) -> GenerationDelta:
     """One `llm` response as a delta. Missing outputs read as empty (the model may leave out
     what did not change)."""
-    text = _first_bytes(result.as_numpy(TEXT_OUTPUT)).decode("utf-8", errors="replace")
-    token_ids = _int_tuple(result.as_numpy(OUTPUT_TOKEN_IDS))
-    finish = _first_bytes(result.as_numpy(FINISH_REASON)).decode() or None
-    prompt = _first_int(result.as_numpy(PROMPT_TOKENS))
+    text = _first_bytes(result.as_numpy(TEXT_OUTPUT.name)).decode("utf-8", errors="replace")
+    token_ids = _int_tuple(result.as_numpy(OUTPUT_TOKEN_IDS.name))
+    finish = _first_bytes(result.as_numpy(FINISH_REASON.name)).decode() or None
+    prompt = _first_int(result.as_numpy(PROMPT_TOKENS.name))
     usage = None
     if prompt is not None:
         usage = Usage(
             prompt_tokens=prompt,
-            cached_tokens=_first_int(result.as_numpy(CACHED_TOKENS)) or 0,
-            completion_tokens=_first_int(result.as_numpy(COMPLETION_TOKENS)) or 0,
-            discarded_tokens=_first_int(result.as_numpy(DISCARDED_TOKENS)) or 0,
+            cached_tokens=_first_int(result.as_numpy(CACHED_TOKENS.name)) or 0,
+            completion_tokens=_first_int(result.as_numpy(COMPLETION_TOKENS.name)) or 0,
+            discarded_tokens=_first_int(result.as_numpy(DISCARDED_TOKENS.name)) or 0,
         )
     return GenerationDelta(text=text, token_ids=token_ids, finish_reason=finish, usage=usage)
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging.config
 import signal
 import sys
 from typing import TYPE_CHECKING
@@ -23,11 +22,11 @@ from typing import TYPE_CHECKING
 from config.settings import SwitchyardConfig
 
 if TYPE_CHECKING:
-    from fleet.live_service import LiveOptions
+    from autoscaler.live import LiveOptions
 
 
 def add_autoscaler_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
-    """`autoscaler` and its options; the caller sets the function it runs."""
+    """`autoscaler` and its options, run by `autoscaler`."""
     parser = sub.add_parser("autoscaler", help="scale each pool's servers ahead of demand (docs/autoscaler.md)")
     parser.add_argument("--actuator", choices=("supervisor", "kubernetes"), default="supervisor")
     parser.add_argument("--pool", action="append", default=None, help="a pool to scale (repeat; default: all)")
@@ -41,13 +40,14 @@ def add_autoscaler_parser(sub: argparse._SubParsersAction[argparse.ArgumentParse
     parser.add_argument("--avg-request-tokens", type=int, default=None, help="prompt + reply (default 2,300)")
     parser.add_argument("--avg-request-s", type=float, default=None, help="seconds a request holds a seat (10)")
     parser.add_argument("--bulk-tokens-per-entry", type=int, default=None, help="a batch entry's tokens (2,300)")
+    parser.set_defaults(func=autoscaler)
     return parser
 
 
 def autoscaler(config: SwitchyardConfig, args: argparse.Namespace) -> int:
-    from config.logging_setup import logging_config
+    from config.logging_setup import configure_logging
 
-    logging.config.dictConfig(logging_config("INFO"))
+    configure_logging()
     pool_ids = args.pool or [p for p, pool in config.pools.items() if pool.copies_limit > 0]
     unknown = [p for p in pool_ids if p not in config.pools]
     if unknown:
@@ -64,7 +64,7 @@ def autoscaler(config: SwitchyardConfig, args: argparse.Namespace) -> int:
 
 
 def _options(config: SwitchyardConfig, args: argparse.Namespace) -> LiveOptions:
-    from fleet.live_service import LiveOptions
+    from autoscaler.live import LiveOptions
 
     host = "127.0.0.1" if config.gateway.host in ("0.0.0.0", "::") else config.gateway.host
     urls = args.gateway_metrics or [f"http://{host}:{config.gateway.port}/metrics"]
@@ -80,10 +80,14 @@ def _options(config: SwitchyardConfig, args: argparse.Namespace) -> LiveOptions:
 
 
 def _run_kubernetes(config: SwitchyardConfig, pool_ids: list[str], options: LiveOptions, namespace: str | None) -> int:
-    from kubernetes.config import ConfigException
+    try:
+        from kubernetes.config import ConfigException
+    except ModuleNotFoundError as exc:
+        print(f"switchyard autoscaler: {exc}; install the extra: pip install '.[kubernetes]'", file=sys.stderr)
+        return 2
 
-    from fleet.kubernetes_actuator import KubernetesActuator
-    from fleet.live_service import serve_autoscaler
+    from autoscaler.kubernetes_actuator import KubernetesActuator
+    from autoscaler.live import serve_autoscaler
 
     try:
         actuator = KubernetesActuator.from_environment(namespace)
@@ -104,12 +108,12 @@ def _run_kubernetes(config: SwitchyardConfig, pool_ids: list[str], options: Live
 
 
 def _run_supervisor(config: SwitchyardConfig, pool_ids: list[str], options: LiveOptions) -> int:
-    from fleet.actuators import SupervisorActuator
-    from fleet.autoscaler_thread import AutoscalerThread
-    from fleet.launch.ports import ConfiguredPorts
-    from fleet.launch.signals import stop_on_signals
-    from fleet.launch.triton_server import TritonStartError
-    from fleet.supervisor_thread import SupervisorThread
+    from autoscaler.actuators import SupervisorActuator
+    from autoscaler.autoscaler_thread import AutoscalerThread
+    from server_host.ports import ConfiguredPorts
+    from server_host.signals import stop_on_signals
+    from server_host.triton_server import TritonStartError
+    from supervisor.supervisor_thread import SupervisorThread
 
     supervisor = SupervisorThread(config, ConfiguredPorts(config), pool_ids=pool_ids)
     with stop_on_signals() as stop:

@@ -17,19 +17,27 @@
     switchyard sim SCENARIO           a simulated day of the fleet (weekday, monday-9am, failures, flash-crowd)
     switchyard batches [submit FILE --model M --deadline 6h | show | cancel | results]
 
-Each subcommand imports what it needs when it runs, so `switchyard --help` stays instant.
+Each subcommand's parser names the function it runs (`set_defaults(func=...)`, beside the
+parser, here or in its `*_commands` module), so a grep for a command's function finds its
+caller. The command modules import their heavy dependencies inside the commands, so
+`switchyard --help` stays instant.
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
-import importlib
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 from config.settings import SwitchyardConfig, load_config
+from switchyard.autoscaler_commands import add_autoscaler_parser
+from switchyard.batch_commands import add_batch_parsers
+from switchyard.gpu_check import add_gpu_check_parser
+from switchyard.load_commands import add_load_parser
+from switchyard.plan_commands import add_plan_parser
+from switchyard.quota_commands import add_quota_parsers
+from switchyard.server_commands import add_server_parsers
+from switchyard.sim_commands import add_sim_parser
 
 
 def _cmd_build(config: SwitchyardConfig, args: argparse.Namespace) -> int:
@@ -67,7 +75,7 @@ def _cmd_build(config: SwitchyardConfig, args: argparse.Namespace) -> int:
 
 def _cmd_triton(config: SwitchyardConfig, args: argparse.Namespace) -> int:
     from config.settings import Ports
-    from fleet.launch.server_process import run_triton
+    from server_host.server_process import run_triton
 
     if args.pool not in config.pools:
         print(f"unknown pool {args.pool!r}; configured: {', '.join(config.pools)}", file=sys.stderr)
@@ -97,51 +105,20 @@ def _cmd_gateway(config: SwitchyardConfig, args: argparse.Namespace) -> int:
 
 
 def _cmd_up(config: SwitchyardConfig, args: argparse.Namespace) -> int:
-    from fleet.stack import run_stack
+    from stack.local_stack import run_stack
 
     return run_stack(config, gateway_port=args.port or config.gateway.port)
 
 
 def _cmd_dispatcher(config: SwitchyardConfig, args: argparse.Namespace) -> int:
     import asyncio
-    import logging.config
 
     from bulk.service import serve_dispatcher
-    from config.logging_setup import logging_config
+    from config.logging_setup import configure_logging
 
-    logging.config.dictConfig(logging_config("INFO"))
+    configure_logging()
     asyncio.run(serve_dispatcher(config, gateway_url=args.gateway_url))
     return 0
-
-
-def _lazy(module: str, name: str) -> Callable[[SwitchyardConfig, argparse.Namespace], int]:
-    """The function `name` of `switchyard.<module>` as a subcommand, imported only when it runs."""
-
-    def run(config: SwitchyardConfig, args: argparse.Namespace) -> int:
-        result: int = getattr(importlib.import_module(f"switchyard.{module}"), name)(config, args)
-        return result
-
-    return run
-
-
-def _add_quota_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    keys = sub.add_parser("keys", help="create, list and revoke API keys (stored hashed in Redis)")
-    keys_sub = keys.add_subparsers(dest="keys_command", required=True)
-    create = keys_sub.add_parser("create", help="make a key for TEAM and print it once")
-    create.add_argument("team")
-    create.set_defaults(func=_lazy("quota_commands", "keys_create"))
-    keys_sub.add_parser("list", help="team and hash prefix of every key").set_defaults(
-        func=_lazy("quota_commands", "keys_list")
-    )
-    revoke = keys_sub.add_parser("revoke", help="forget the key whose hash starts with PREFIX")
-    revoke.add_argument("prefix")
-    revoke.set_defaults(func=_lazy("quota_commands", "keys_revoke"))
-
-    usage = sub.add_parser("usage", help="print usage per team, model and class")
-    usage.add_argument("--team", default=None, help="one team (default: all)")
-    usage.add_argument("--since", default="24h", help="a duration (24h, 7d) or an ISO time (default 24h)")
-    usage.add_argument("--hourly", action="store_true", help="one row per hour")
-    usage.set_defaults(func=_lazy("quota_commands", "usage"))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -149,6 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--config", type=Path, default=None, help="path to switchyard.yaml")
     sub = parser.add_subparsers(dest="command", required=True)
 
+    add_quota_parsers(sub)
     build = sub.add_parser("build", help="build models and fill Triton model repositories")
     build.add_argument("--model", help="build only this model (default: all)")
     build.add_argument("--target", choices=("cpu", "trtllm"), help="the engine behind llm (default: serving.target)")
@@ -172,12 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     triton.set_defaults(func=_cmd_triton)
 
-    servers = sub.add_parser("servers", help="list the registered servers with their load")
-    servers.add_argument("--pool", default=None)
-    servers.set_defaults(func=_lazy("server_commands", "servers"))
-    drain = sub.add_parser("drain", help="drain a server: no new requests, finish the running ones, stop")
-    drain.add_argument("server_id", metavar="SERVER")
-    drain.set_defaults(func=_lazy("server_commands", "drain"))
+    add_server_parsers(sub)
 
     gateway = sub.add_parser("gateway", help="run the HTTP gateway")
     gateway.add_argument("--host", default=None)
@@ -192,26 +165,12 @@ def build_parser() -> argparse.ArgumentParser:
     dispatcher.add_argument("--gateway-url", default=None, help="gateway to submit through (default from config)")
     dispatcher.set_defaults(func=_cmd_dispatcher)
 
-    from switchyard.plan_commands import add_plan_parser
-
-    add_plan_parser(sub).set_defaults(func=_lazy("plan_commands", "plan"))
-    from switchyard.gpu_check import add_gpu_check_parser
-
-    add_gpu_check_parser(sub).set_defaults(func=_lazy("gpu_check", "gpu_check"))
-    from switchyard.autoscaler_commands import add_autoscaler_parser
-
-    add_autoscaler_parser(sub).set_defaults(func=_lazy("autoscaler_commands", "autoscaler"))
-    from switchyard.load_commands import add_load_parser
-
-    add_load_parser(sub).set_defaults(func=_lazy("load_commands", "load"))
-    from switchyard.sim_commands import add_sim_parser
-
-    add_sim_parser(sub).set_defaults(func=_lazy("sim_commands", "sim"))
-
-    _add_quota_parsers(sub)
-    from switchyard.batch_commands import add_batch_parsers
-
-    add_batch_parsers(sub, functools.partial(_lazy, "batch_commands"))
+    add_plan_parser(sub)
+    add_gpu_check_parser(sub)
+    add_autoscaler_parser(sub)
+    add_load_parser(sub)
+    add_sim_parser(sub)
+    add_batch_parsers(sub)
     return parser
 
 

@@ -9,7 +9,7 @@ replies finished, errors (refused before a token) and cut replies (a stream that
 its final event), then the totals. Exit code 1 when any reply was cut.
 
 `--rehearse` first teaches the autoscaler the ramp as if it had run yesterday at this time
-(`fleet/rate_history.py`), so its load profile expects it and servers start ahead of it, as
+(`autoscaler/rate_history.py`), so its load profile expects it and servers start ahead of it, as
 they would on a fleet that has seen a thousand mornings. The ramp then starts two autoscaler
 intervals later, once the autoscaler has taken the lesson.
 """
@@ -34,7 +34,7 @@ _HEAD = (
 
 
 def add_load_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
-    """`load` and its options; the caller sets the function it runs."""
+    """`load` and its options, run by `load`."""
     parser = sub.add_parser("load", help="send a scripted ramp of streamed requests and report TTFT, errors, cuts")
     parser.add_argument(
         "--ramp", required=True, help='"t:req/s,..." linear between points, e.g. "0:1,60:6,180:6,240:1"'
@@ -44,8 +44,11 @@ def add_load_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--prompt", default="Tell me a story about a river")
     parser.add_argument("--every", type=float, default=10.0, help="seconds between report lines")
     parser.add_argument("--url", default=None, help="gateway URL (default: the configured gateway)")
-    parser.add_argument("--api-key", default=None, help="default: $SWITCHYARD_API_KEY, else var/dev-api-key")
+    parser.add_argument(
+        "--api-key", default=None, help="default: $SWITCHYARD_API_KEY, else the first team's var/keys/<team>-api-key"
+    )
     parser.add_argument("--rehearse", action="store_true", help="teach the autoscaler the ramp first (as yesterday's)")
+    parser.set_defaults(func=load)
     return parser
 
 
@@ -56,9 +59,9 @@ def load(config: SwitchyardConfig, args: argparse.Namespace) -> int:
         print(f"switchyard load: {exc}", file=sys.stderr)
         return 2
     model = args.model or next(iter(config.pools.values())).model_id
-    key = args.api_key or os.environ.get("SWITCHYARD_API_KEY") or _dev_key(config)
+    key = args.api_key or os.environ.get("SWITCHYARD_API_KEY") or _default_key(config)
     if key is None:
-        print("switchyard load: no API key: --api-key, $SWITCHYARD_API_KEY or var/dev-api-key", file=sys.stderr)
+        print("switchyard load: no API key: --api-key, $SWITCHYARD_API_KEY or var/keys/<team>-api-key", file=sys.stderr)
         return 2
     host = "127.0.0.1" if config.gateway.host in ("0.0.0.0", "::") else config.gateway.host
     url = args.url or f"http://{host}:{config.gateway.port}"
@@ -81,8 +84,8 @@ async def rehearse(config: SwitchyardConfig, pool_ids: list[str], ramp: Ramp, st
     """Queue the ramp, shifted one day back from `start_at`, for the autoscaler of each pool:
     one rate per autoscaler interval (what it would have recorded). Returns the points taught."""
 
-    from fleet.load_profile import DAY_S
-    from fleet.rate_history import RateHistory
+    from autoscaler.load_profile import DAY_S
+    from autoscaler.rate_history import RateHistory
 
     step = config.autoscaler.interval_s
     points = [(start_at - DAY_S + i * step, ramp.rate_at(i * step)) for i in range(int(ramp.duration_s / step) + 1)]
@@ -107,8 +110,8 @@ def _s(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds:.2f} s"
 
 
-def _dev_key(config: SwitchyardConfig) -> str | None:
-    from quota.key_files import dev_key_path
+def _default_key(config: SwitchyardConfig) -> str | None:
+    from quota.key_files import default_key_path, read_key_file
 
-    path = dev_key_path(config.var_path)
-    return path.read_text().strip() if path.exists() else None
+    path = default_key_path(config.var_path, config.teams)
+    return None if path is None else read_key_file(path)

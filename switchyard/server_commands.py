@@ -19,15 +19,25 @@ import httpx
 import redis
 import redis.asyncio
 
+from bench.table import text_table
 from config.redis_client import redis_client
 from config.settings import SwitchyardConfig
 from contracts.engine_metrics import EngineHealth, parse_engine_health
-from fleet.pool_targets import PoolTarget, PoolTargetStore
-from router.registry import ServerInfo, ServerRegistry
-from router.routing_policy import ServerState
-from switchyard.quota_commands import format_table
+from fleet_state.pool_targets import PoolTarget, PoolTargetStore
+from fleet_state.registry import ServerInfo, ServerRegistry
+from fleet_state.server_state import ServerState
 
 _HEAD = ("server", "pool", "state", "pid", "http", "grpc", "metrics", "kv used", "running", "waiting", "seen")
+
+
+def add_server_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`servers` and `drain`, run by the functions of the same names."""
+    listing = sub.add_parser("servers", help="list the registered servers with their load")
+    listing.add_argument("--pool", default=None)
+    listing.set_defaults(func=servers)
+    parser = sub.add_parser("drain", help="drain a server: no new requests, finish the running ones, stop")
+    parser.add_argument("server_id", metavar="SERVER")
+    parser.set_defaults(func=drain)
 
 
 def servers(config: SwitchyardConfig, args: argparse.Namespace) -> int:
@@ -41,11 +51,11 @@ def servers(config: SwitchyardConfig, args: argparse.Namespace) -> int:
         print("no servers registered" + (f" in pool {args.pool!r}" if args.pool else ""), file=sys.stderr)
     else:
         now = time.time()
-        print(format_table(_HEAD, [server_row(info, health, now) for info, health in found]))
+        print(text_table(_HEAD, [server_row(info, health, now) for info, health in found]))
     if targets:
         infos = [info for info, _ in found]
         print()
-        print(format_table(_TARGET_HEAD, [target_row(t, infos) for t in targets.values()]))
+        print(text_table(_TARGET_HEAD, [target_row(t, infos) for t in targets.values()]))
     return 0
 
 

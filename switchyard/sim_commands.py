@@ -1,5 +1,5 @@
 """`switchyard sim SCENARIO`: a simulated day of the fleet under the autoscaler and its
-baselines, side by side, with the policies we run (fleet/sim/, docs/simulator.md).
+baselines, side by side, with the policies we run (simulator/, docs/simulator.md).
 
     switchyard sim weekday                      400 GPUs, 24 h, fast mode, every policy
     switchyard sim weekday --gpus 8 --hours 1 --exact
@@ -21,9 +21,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from config.settings import SwitchyardConfig
-from fleet.sim.scenario import SCENARIOS
+from simulator.scenario import SCENARIOS
 
-# fleet.sim.variants.VARIANTS, spelled out so `--help` does not import the policies (a test
+# simulator.variants.VARIANTS, spelled out so `--help` does not import the policies (a test
 # keeps the two equal).
 POLICY_NAMES = ("autoscaler", "reactive", "no-backfill", "static")
 EXACT_GPUS_WARNING = 32  # beyond this the exact mode takes hours
@@ -33,7 +33,7 @@ DEFAULT_JOBS = 2
 
 
 def add_sim_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
-    """`sim SCENARIO` and its options; the caller sets the function it runs."""
+    """`sim SCENARIO` and its options, run by `sim`."""
     parser = sub.add_parser("sim", help="simulate a day of the fleet under the autoscaler and its baselines")
     parser.add_argument("scenario", choices=SCENARIOS)
     parser.add_argument("--seed", type=int, default=1)
@@ -67,18 +67,24 @@ def add_sim_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         help="the share of prompt + max_tokens a bulk request leases (default: the simulator's, see "
         "docs/simulator.md; switchyard.yaml's bulk.lease_fraction is for a few CPU servers)",
     )
+    parser.set_defaults(func=sim)
     return parser
 
 
 def sim(config: SwitchyardConfig, args: argparse.Namespace) -> int:
     """Run the scenario under each policy, write the report; 2 for bad arguments."""
     from bench.common import write_result
-    from fleet.sim.cost_model import StepCostModel, load_profile
-    from fleet.sim.fluid_run import ProbeSettings
-    from fleet.sim.report import bulk_fleet_note, write_report
-    from fleet.sim.runner import PolicyRun, run_policies
-    from fleet.sim.scenario import BRIEF_GPUS, scenario
-    from fleet.sim.settings import SimSettings
+    from simulator.cost_model import StepCostModel, load_profile
+    from simulator.fluid_run import ProbeSettings
+
+    try:
+        from simulator.report import bulk_fleet_note, write_report
+    except ModuleNotFoundError as exc:  # the plots' matplotlib comes with the `sim` extra
+        print(f"switchyard sim: {exc}; install the simulator's extra: pip install '.[sim]'", file=sys.stderr)
+        return 2
+    from simulator.runner import PolicyRun, run_policies
+    from simulator.scenario import BRIEF_GPUS, scenario
+    from simulator.settings import SimSettings
 
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     unknown = [p for p in policies if p not in POLICY_NAMES]

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from fleet.launch.ports import free_ports
-from fleet.launch.redis_server import RedisServer
+from server_host.ports import free_ports
+from stack.redis_server import RedisServer
 
 
 @pytest.fixture(scope="session")

@@ -14,14 +14,14 @@ import redis.asyncio
 from fastapi import APIRouter, FastAPI
 
 from config.settings import SwitchyardConfig
-from fleet.pool_targets import PoolTargetStore
+from fleet_state.load_board import LoadBoard
+from fleet_state.pool_targets import PoolTargetStore
 from gateway.console import batch_routes, fleet_routes, key_routes, signin_routes, usage_routes
 from gateway.console.access import CONSOLE_STATE, ConsoleRefusal, ConsoleState, on_console_refusal
 from gateway.console.pages import ConsolePages
 from gateway.console.sessions import SessionStore
 from quota.capacity import CapacitySource
 from quota.keys import KeyStore
-from quota.load_board import LoadBoard
 
 
 def console_router() -> APIRouter:

@@ -23,13 +23,13 @@ from fastapi.responses import JSONResponse, RedirectResponse, Response
 
 from config.settings import SwitchyardConfig
 from contracts.errors import error_detail, error_kind
-from fleet.pool_targets import PoolTargetStore
+from fleet_state.load_board import LoadBoard
+from fleet_state.pool_targets import PoolTargetStore
 from gateway.auth import Principal
 from gateway.console.pages import ConsolePages
 from gateway.console.sessions import COOKIE_NAME, ConsoleSession, SessionStore, csrf_matches
 from quota.capacity import CapacitySource
 from quota.keys import KeyStore
-from quota.load_board import LoadBoard
 
 CONSOLE_STATE = "console"  # app.state.console: the ConsoleState of this app
 CSRF_HEADER = "x-csrf-token"

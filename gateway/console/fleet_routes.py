@@ -15,10 +15,10 @@ import redis
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import RedirectResponse, Response
 
+from fleet_state.registry import ServerRegistry
 from gateway.console.access import AdminSessionDep, ConsoleDep, ConsoleRefusal, ConsoleState, check_csrf
 from gateway.console.fleet_view import PoolView, read_fleet
 from gateway.deps import ServerRegistryDep
-from router.registry import ServerRegistry
 
 router = APIRouter(prefix="/console/fleet", include_in_schema=False)
 

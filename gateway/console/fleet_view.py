@@ -1,9 +1,9 @@
 """The fleet page's numbers: every server by pool, with the load it last published and the
 autoscaler's latest decision, from the stores everything else already reads.
 
-    servers   router/registry.py      SMEMBERS sy:servers + HGETALL each    (what /admin/servers reads)
-    load      quota/load_board.py     HGETALL sy:load:{pool} per pool       (what the routers read)
-    autoscale fleet/pool_targets.py   HGETALL sy:pool:{pool}:target         (what `switchyard servers` reads)
+    servers   fleet_state/registry.py      SMEMBERS sy:servers + HGETALL each    (what /admin/servers reads)
+    load      fleet_state/load_board.py     HGETALL sy:load:{pool} per pool       (what the routers read)
+    autoscale fleet_state/pool_targets.py   HGETALL sy:pool:{pool}:target         (what `switchyard servers` reads)
 
 One page view costs Redis a few pipelined reads, once per person looking, never per request.
 """
@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from fleet.pool_targets import PoolTarget, PoolTargetStore
-from quota.load_board import LoadBoard, LoadReport
-from router.registry import ServerInfo, ServerRegistry
+from fleet_state.load_board import LoadBoard, LoadReport
+from fleet_state.pool_targets import PoolTarget, PoolTargetStore
+from fleet_state.registry import ServerInfo, ServerRegistry
 
 
 @dataclass(frozen=True, slots=True)

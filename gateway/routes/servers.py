@@ -14,9 +14,9 @@ from pydantic import BaseModel
 
 from contracts.errors import ApiError
 from contracts.schemas import error_responses
+from fleet_state.registry import ServerInfo
 from gateway.auth import AdminDep
 from gateway.deps import ServerRegistryDep
-from router.registry import ServerInfo
 
 router = APIRouter(prefix="/admin/servers", tags=["admin"])
 

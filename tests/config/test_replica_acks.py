@@ -16,9 +16,9 @@ import redis.asyncio as aioredis
 
 from config.replica_acks import ReplicaAcks
 from config.settings import SwitchyardConfig
-from fleet.launch.ports import free_ports
-from fleet.launch.process import wait_until
-from fleet.launch.redis_server import RedisServer
+from server_host.ports import free_ports
+from server_host.process import wait_until
+from stack.redis_server import RedisServer
 
 _SET_AND_COUNT = "redis.call('SET', KEYS[1], ARGV[1]); return redis.call('INCR', KEYS[2])"
 

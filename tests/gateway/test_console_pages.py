@@ -17,14 +17,14 @@ import pytest
 from fastapi import FastAPI
 
 from contracts.engine_metrics import EngineHealth
-from fleet.pool_targets import PoolTarget
+from fleet_state.load_board import LoadReport
+from fleet_state.pool_targets import PoolTarget
+from fleet_state.registry import ServerInfo, ServerRegistry
+from fleet_state.server_state import ServerState
 from gateway.console.access import ConsoleState
 from gateway.console.pages import MAX_PAGE_BYTES
 from gateway.metering import Metering
-from quota.load_board import LoadReport
 from quota.usage import UsageRecord
-from router.registry import ServerInfo, ServerRegistry
-from router.routing_policy import ServerState
 
 BrowserFactory = Callable[[str], AsyncIterator[httpx.AsyncClient]]
 

@@ -18,9 +18,9 @@ from fastapi import FastAPI
 from tritonclient.grpc import InferInput, service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
-from fleet.launch.ports import free_ports
 from gateway.settings import GatewaySettings
 from quota.capacity import StaticCapacity
+from server_host.ports import free_ports
 
 from .conftest import FakeBackend
 

@@ -14,11 +14,11 @@ import pytest
 import redis.asyncio
 from prometheus_client import CollectorRegistry
 
-from fleet.launch.ports import free_ports
-from fleet.launch.redis_server import RedisServer
 from gateway.metering import Metering
 from quota.usage import UsageMeter, UsageRecord
 from quota.usage_counters import UsageCounters
+from server_host.ports import free_ports
+from stack.redis_server import RedisServer
 
 
 async def test_usage_that_ends_while_redis_restarts_is_recorded_once_it_is_back(

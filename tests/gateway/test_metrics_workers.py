@@ -21,11 +21,11 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.parser import text_string_to_metric_families
 
 from config.settings import load_config
-from fleet.launch.ports import free_ports
-from fleet.launch.process import ManagedProcess, wait_until
 from gateway.metrics_registry import MULTIPROC_DIR_ENV
 from gateway.server import serve
 from gateway.settings import GatewaySettings
+from server_host.ports import free_ports
+from server_host.process import ManagedProcess, wait_until
 
 # A generation request the gateway refuses (no max_tokens): a 400, counted by the worker that
 # took it, with no model server needed.

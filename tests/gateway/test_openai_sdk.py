@@ -16,7 +16,7 @@ from fastapi import FastAPI
 
 from build_engines.tokenizer import LLAMA_CHAT_TEMPLATE
 from contracts.generation import GenerationDelta
-from fleet.launch.ports import free_ports
+from server_host.ports import free_ports
 
 MESSAGES: list[Any] = [{"role": "user", "content": "the quick fox"}]
 

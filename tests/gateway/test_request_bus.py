@@ -13,9 +13,9 @@ import redis.asyncio as aioredis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from fleet.launch.ports import free_ports
-from fleet.launch.redis_server import RedisServer
 from gateway.request_bus import BusMessage, RequestBus
+from server_host.ports import free_ports
+from stack.redis_server import RedisServer
 
 
 async def _heard(bus: RequestBus, heard: list[str], scoped_id: str, deadline_s: float) -> bool:

@@ -1,7 +1,7 @@
 """One real `tritonserver` for the integration tests, started once per session.
 
 `triton_pool` builds a tiny model (seconds), fills its model repository and starts the server
-through `fleet.launch.triton_server.TritonServer` on free ports. Other suites (the gateway's
+through `server_host.triton_server.TritonServer` on free ports. Other suites (the gateway's
 integration tests) reuse it:
 
     def test_something(triton_pool: TritonPool) -> None:
@@ -24,13 +24,13 @@ import redis
 from build_engines.build import build_model
 from build_engines.repository import fill_repository
 from config.settings import Ports, SwitchyardConfig, TeamSpec, dump_config
-from fleet.launch.ports import free_ports
-from fleet.launch.process import ManagedProcess, wait_until
-from fleet.launch.redis_server import RedisServer
-from fleet.launch.secret_files import ensure_secret_files
-from fleet.launch.triton_server import TritonServer
 from quota.key_files import ADMIN_KEY_ENV
 from quota.keys import SyncKeyStore
+from server_host.ports import free_ports
+from server_host.process import ManagedProcess, wait_until
+from server_host.triton_server import TritonServer
+from stack.redis_server import RedisServer
+from stack.secret_files import ensure_secret_files
 
 POOL_ID = "tiny"
 MODEL_ID = "tiny"

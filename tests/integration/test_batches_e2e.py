@@ -21,9 +21,9 @@ import openai
 import pytest
 
 from config.settings import SwitchyardConfig, dump_config
-from fleet.launch.ports import free_ports
-from fleet.launch.process import ManagedProcess, wait_until
 from quota.key_files import ADMIN_KEY_ENV
+from server_host.ports import free_ports
+from server_host.process import ManagedProcess, wait_until
 
 from .conftest import LiveGateway
 

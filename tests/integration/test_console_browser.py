@@ -25,10 +25,10 @@ import pytest
 
 from config.redis_client import redis_client
 from config.settings import dump_config
-from fleet.launch.ports import free_ports
-from fleet.launch.process import ManagedProcess
-from fleet.pool_targets import PoolTarget, PoolTargetStore
+from fleet_state.pool_targets import PoolTarget, PoolTargetStore
 from quota.key_files import ADMIN_KEY_ENV
+from server_host.ports import free_ports
+from server_host.process import ManagedProcess
 
 from .conftest import LiveGateway
 

@@ -20,12 +20,12 @@ import pytest
 from build_engines.repository import fill_repository
 from config.redis_client import redis_client, sync_redis_client
 from config.settings import Ports
-from fleet.launch.load_publisher import LoadPublisher
-from fleet.launch.ports import free_ports
-from fleet.launch.process import wait_until
-from fleet.launch.triton_server import TritonServer
-from router.registry import ServerInfo, ServerRegistry, server_key
-from router.routing_policy import ServerState
+from fleet_state.registry import ServerInfo, ServerRegistry, server_key
+from fleet_state.server_state import ServerState
+from server_host.load_publisher import LoadPublisher
+from server_host.ports import free_ports
+from server_host.process import wait_until
+from server_host.triton_server import TritonServer
 
 from .conftest import LiveGateway, TritonPool
 

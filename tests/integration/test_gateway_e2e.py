@@ -15,7 +15,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.live import read_kv_metrics
-from fleet.launch.process import wait_until
+from server_host.process import wait_until
 
 pytestmark = pytest.mark.integration
 

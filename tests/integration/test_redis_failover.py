@@ -20,11 +20,11 @@ import redis
 
 from config.redis_client import redis_client, sync_redis_client
 from config.settings import SwitchyardConfig
-from fleet.launch.ports import free_ports
-from fleet.launch.process import wait_until
-from fleet.launch.redis_sentinel import RedisReplicaSet
+from fleet_state.registry import CHANGES_CHANNEL
 from gateway.request_bus import BusMessage, RequestBus
-from router.registry import CHANGES_CHANNEL
+from server_host.ports import free_ports
+from server_host.process import wait_until
+from stack.redis_sentinel import RedisReplicaSet
 
 pytestmark = pytest.mark.integration
 

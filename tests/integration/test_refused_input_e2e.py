@@ -16,7 +16,7 @@ import pytest
 import tritonclient.grpc.aio as grpcclient
 
 from contracts.generation import GenerationRequest, PoolReadiness, RequestRejected
-from router.fleet_backend import FleetBackend
+from router.failover_backend import FailoverBackend
 from router.triton_backend import TritonBackend
 from tests.integration.conftest import LiveGateway, TritonPool
 
@@ -48,7 +48,7 @@ async def _run(triton_pool: TritonPool) -> tuple[OneServer, list[str], str]:
     client = grpcclient.InferenceServerClient(triton_pool.grpc_url)
     streams = TritonBackend({"s1": client}, {"s1": triton_pool.model_id}, headers=triton_pool.headers)
     picker = OneServer("s1")
-    backend = FleetBackend(picker, streams)
+    backend = FailoverBackend(picker, streams)
     good = GenerationRequest(request_id="team-b/r1", model_id=triton_pool.model_id, prompt="hello", max_tokens=4)
     # 1e-50 is 0.0 as FP32: the engine refuses top_p 0.
     refused = replace(good, request_id="team-a/r1", top_p=1e-50)

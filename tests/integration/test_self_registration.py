@@ -12,9 +12,9 @@ import pytest
 import redis
 
 from config.settings import dump_config
-from fleet.launch.ports import free_ports
-from fleet.launch.process import wait_until
-from router.registry import server_key
+from fleet_state.registry import server_key
+from server_host.ports import free_ports
+from server_host.process import wait_until
 
 from .conftest import TritonPool
 

@@ -21,8 +21,8 @@ from tritonclient.utils import np_to_triton_dtype
 from bls.stub_faults import FATAL_SIGNAL_LINE
 from build_engines.repository import fill_repository
 from config.settings import Ports
-from fleet.launch.ports import free_ports
-from fleet.launch.triton_server import TritonServer
+from server_host.ports import free_ports
+from server_host.triton_server import TritonServer
 
 if TYPE_CHECKING:  # conftest modules are not importable under --import-mode=importlib
     from conftest import TinyModel

@@ -24,11 +24,11 @@ import tritonclient.grpc.aio as grpcclient
 from tritonclient.utils import np_to_triton_dtype
 
 from config.settings import FleetSpec, RedisSpec, SwitchyardConfig
-from fleet.launch.ports import FreePorts
-from fleet.supervisor import Supervisor
-from quota.load_board import LoadBoard
-from router.registry import ServerInfo, ServerRegistry, server_key
-from router.routing_policy import ServerState
+from fleet_state.load_board import LoadBoard
+from fleet_state.registry import ServerInfo, ServerRegistry, server_key
+from fleet_state.server_state import ServerState
+from server_host.ports import FreePorts
+from supervisor.supervisor import Supervisor
 
 pytestmark = pytest.mark.integration
 

@@ -13,8 +13,8 @@ import pytest
 
 from build_engines.repository import fill_repository
 from config.settings import SwitchyardConfig
-from fleet.launch.ports import free_ports
-from fleet.launch.triton_server import TritonServer, TritonStartError
+from server_host.ports import free_ports
+from server_host.triton_server import TritonServer, TritonStartError
 
 pytestmark = pytest.mark.integration
 
@@ -63,7 +63,7 @@ def test_run_triton_serves_until_sigterm_and_leaves_no_process(triton_pool, tmp_
     script = (
         "import sys\n"
         "from config.settings import Ports\n"
-        "from fleet.launch.server_process import run_triton\n"
+        "from server_host.server_process import run_triton\n"
         f"config = __import__('pickle').loads({__import__('pickle').dumps(triton_pool.config)!r})\n"
         f"sys.exit(run_triton(config, {triton_pool.pool_id!r}, Ports(http={http}, grpc={grpc}, metrics={metrics})))\n"
     )

@@ -9,9 +9,10 @@ from collections import Counter
 
 import pytest
 
+from fleet_state.server_state import ServerState
 from router.block_hashes import DEFAULT_MAX_BLOCKS, prompt_block_hashes
 from router.prefix_index import PrefixIndex
-from router.routing_policy import RouteChoice, RoutingPolicy, ServerLoad, ServerState
+from router.routing_policy import RouteChoice, RoutingPolicy, ServerLoad
 
 READY = ServerState.READY
 

@@ -16,9 +16,9 @@ import redis.asyncio as aioredis
 
 from config.settings import SwitchyardConfig, load_config
 from contracts.engine_metrics import EngineHealth
-from quota.load_board import LoadBoard, LoadReport
-from router.registry import ServerInfo, ServerRegistry
-from router.routing_policy import ServerState
+from fleet_state.load_board import LoadBoard, LoadReport
+from fleet_state.registry import ServerInfo, ServerRegistry
+from fleet_state.server_state import ServerState
 from router.server_directory import ServerDirectory
 
 pytestmark = pytest.mark.integration

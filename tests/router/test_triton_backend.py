@@ -207,7 +207,7 @@ async def test_absent_outputs_read_as_empty() -> None:
 
 async def test_triton_error_is_a_backend_error() -> None:
     client = FakeClient([llm_response("a", [1]), (None, InferenceServerException("engine failed"))])
-    with pytest.raises(BackendError, match="pool 'small': engine failed"):
+    with pytest.raises(BackendError, match="server 'small': engine failed"):
         await collect(make_backend(client))
 
 

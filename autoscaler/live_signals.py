@@ -1,0 +1,161 @@
+"""`PoolSignals` for every pool, read from the running platform: the live side of the seam in
+`autoscaler/signals.py` (the simulator builds the same records from its own state).
+
+    registry (Redis)         ─▶ ready / starting / draining servers per pool
+    each server's /metrics   ─▶ KV in use and requests waiting (ready servers), interactive
+                                requests in the engines (ready and draining)
+    usage buckets (Redis)    ─▶ interactive requests ended since the last read (every gateway)
+    gateway /metrics         ─▶ time to first token p99 since the last read (`TtftWindow`)
+    batches (Redis)          ─▶ bulk tokens left and deadlines (`BulkBacklog`)
+
+Interactive arrivals per second between two reads:
+
+    rate = (ended + Δ interactive requests in the engines) / Δt
+
+Requests are counted when they end (usage is metered then); adding the change in what the
+engines hold counts the ones that arrived and have not ended yet, so a ramp shows at once
+rather than one reply-length later. A model served by several pools splits its count by the
+pools' ready servers. The first read has nothing to difference against: its rate is 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import httpx
+
+from autoscaler.bulk_backlog import BulkBacklog
+from autoscaler.signals import BulkDemand, PoolSignals
+from autoscaler.ttft_window import TtftWindow
+from autoscaler.usage_rates import EndedRequests
+from config.settings import SwitchyardConfig
+from contracts.engine_metrics import EngineHealth, parse_engine_health, parse_kv_cache
+from fleet_state.registry import ServerInfo, ServerRegistry
+from fleet_state.server_state import ServerState
+
+_SCRAPE_TIMEOUT_S = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class ServerScrape:
+    """One server's engine gauges, and the interactive requests its engines hold."""
+
+    health: EngineHealth
+    interactive: int
+
+
+def parse_server_scrape(metrics_text: str) -> ServerScrape:
+    return ServerScrape(parse_engine_health(metrics_text), parse_kv_cache(metrics_text).interactive_requests)
+
+
+class LiveSignals:
+    """Reads the signals of `pool_ids` each time `read` is called (once per autoscaler pass)."""
+
+    def __init__(
+        self,
+        config: SwitchyardConfig,
+        pool_ids: Sequence[str],
+        registry: ServerRegistry,
+        ended: EndedRequests,
+        backlog: BulkBacklog,
+        http: httpx.AsyncClient,
+        gateway_metrics_urls: Sequence[str] = (),
+    ) -> None:
+        self._config = config
+        self._pool_ids = list(pool_ids)
+        self._registry = registry
+        self._ended = ended
+        self._backlog = backlog
+        self._http = http
+        self._ttft = {url: TtftWindow() for url in gateway_metrics_urls}
+        self._interactive: dict[str, int] = {}  # pool -> interactive requests in its engines at the last read
+        self._last_at: float | None = None
+
+    async def read(self, now: float) -> dict[str, PoolSignals]:
+        """Every pool's signals at `now` (Unix time)."""
+        servers = await self._registry.servers(now=now)
+        scraped = [s for s in servers if s.state in (ServerState.READY, ServerState.DRAINING)]
+        scrapes, ended, bulk, _ = await asyncio.gather(
+            asyncio.gather(*(self._scrape(s) for s in scraped)),
+            self._ended.read(now),
+            self._backlog.read(),
+            self._read_gateways(),
+        )
+        by_server = dict(zip((s.server_id for s in scraped), scrapes, strict=True))
+        elapsed = None if self._last_at is None else max(now - self._last_at, 1e-3)
+        self._last_at = now
+        signals: dict[str, PoolSignals] = {}
+        for pool_id in self._pool_ids:
+            mine = [s for s in servers if s.pool_id == pool_id]
+            signals[pool_id] = self._pool_signals(pool_id, mine, servers, by_server, ended, elapsed, now, bulk)
+        return signals
+
+    def _pool_signals(
+        self,
+        pool_id: str,
+        mine: list[ServerInfo],
+        servers: list[ServerInfo],
+        by_server: dict[str, ServerScrape | None],
+        ended: dict[str, int] | None,
+        elapsed: float | None,
+        now: float,
+        bulk: dict[str, tuple[BulkDemand, ...]],
+    ) -> PoolSignals:
+        states = [s.state for s in mine]  # dead servers are nobody's capacity: not counted
+        ready = [by_server.get(s.server_id) for s in mine if s.state is ServerState.READY]
+        healths = [r.health for r in ready if r is not None]
+        capacity = sum(h.capacity_tokens for h in healths)
+        used = sum(h.capacity_tokens - h.free_tokens for h in healths)
+        interactive = sum(
+            scrape.interactive
+            for s in mine
+            if (scrape := by_server.get(s.server_id)) is not None
+        )  # fmt: skip
+        model_id = self._config.pools[pool_id].model_id
+        rate = 0.0
+        if ended is not None and elapsed is not None:
+            arrived = ended.get(model_id, 0) * self._share(pool_id, model_id, servers)
+            arrived += interactive - self._interactive.get(pool_id, interactive)
+            rate = max(0.0, arrived / elapsed)
+        self._interactive[pool_id] = interactive
+        ttfts = [p for window in self._ttft.values() if (p := window.p99([model_id])) is not None]
+        return PoolSignals(
+            pool_id=pool_id,
+            now=now,
+            ready=states.count(ServerState.READY),
+            starting=states.count(ServerState.STARTING),
+            draining=states.count(ServerState.DRAINING),
+            interactive_rate=rate,
+            kv_used_fraction=used / capacity if capacity > 0 else 0.0,
+            waiting_requests=sum(h.waiting for h in healths),
+            ttft_p99_s=max(ttfts, default=None),
+            bulk=bulk.get(pool_id, ()),
+        )
+
+    def _share(self, pool_id: str, model_id: str, servers: list[ServerInfo]) -> float:
+        """This pool's part of the model's requests: its share of the model's ready servers."""
+        pools = self._config.pools_for_model(model_id)
+        ready = {p: sum(1 for s in servers if s.pool_id == p and s.state is ServerState.READY) for p in pools}
+        total = sum(ready.values())
+        return ready[pool_id] / total if total else 1.0 / len(pools)
+
+    async def _scrape(self, info: ServerInfo) -> ServerScrape | None:
+        try:
+            response = await self._http.get(info.metrics_url, timeout=_SCRAPE_TIMEOUT_S)
+            response.raise_for_status()
+            return parse_server_scrape(response.text)
+        except (httpx.HTTPError, ValueError):
+            return None
+
+    async def _read_gateways(self) -> None:
+        async def one(url: str, window: TtftWindow) -> None:
+            try:
+                response = await self._http.get(url, timeout=_SCRAPE_TIMEOUT_S)
+                response.raise_for_status()
+                window.observe(response.text)
+            except (httpx.HTTPError, ValueError):
+                window.forget()
+
+        await asyncio.gather(*(one(url, window) for url, window in self._ttft.items()))

@@ -1,0 +1,73 @@
+"""A server that registers itself: `switchyard triton --register-host HOST`.
+
+Under `switchyard up` the supervisor registers its servers and heartbeats them. Where no
+supervisor runs (a Kubernetes pod per server), the server's own process does the same for
+itself: it registers once its tritonserver is ready, heartbeats while the probes find it alive
+(health ready and the engine heartbeat advancing, `fleet_state.server_health.Liveness`), and
+deregisters when it stops. A server that stops beating reads as dead after `dead_after_s`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from dataclasses import replace
+
+import httpx
+import redis.asyncio
+
+from config.redis_client import redis_client
+from config.settings import SwitchyardConfig
+from fleet_state.registry import ServerInfo, ServerRegistry
+from fleet_state.server_health import Liveness, Verdict, probe_server
+from fleet_state.server_state import ServerState
+
+logger = logging.getLogger(__name__)
+
+
+class SelfRegistration:
+    """Registers `info` and heartbeats it from a thread of its own until `stop()`."""
+
+    def __init__(self, config: SwitchyardConfig, info: ServerInfo) -> None:
+        self._config = config
+        self._info = info
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._run()), name="self-registration")
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    async def _run(self) -> None:
+        fleet = self._config.fleet
+        client = redis_client(self._config, "fleet", socket_timeout=2.0)
+        registry = ServerRegistry(client, fleet.dead_after_s)
+        liveness = Liveness(fleet.dead_after_s)
+        info = self._info
+        try:
+            async with httpx.AsyncClient() as http:
+                registered = False
+                while not self._stop.is_set():
+                    now = time.time()
+                    probe = await probe_server(http, info.health_url, info.metrics_url, fleet.heartbeat_s * 2)
+                    verdict = liveness.observe(now, probe)
+                    try:
+                        if verdict is Verdict.ALIVE and not registered:
+                            await registry.register(replace(info, state=ServerState.READY, heartbeat_at=now))
+                            registered = True
+                        elif verdict is Verdict.ALIVE and not await registry.heartbeat(
+                            info.server_id, now, ServerState.READY
+                        ):
+                            registered = False  # Redis lost it (flushed, restarted): register again
+                    except (OSError, redis.RedisError) as exc:
+                        logger.warning("cannot reach the registry at %s: %s", self._config.redis.address, exc)
+                    await asyncio.sleep(fleet.heartbeat_s)
+                if registered:
+                    await registry.deregister(info.server_id)
+        finally:
+            await client.aclose()

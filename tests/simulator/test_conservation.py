@@ -1,0 +1,54 @@
+"""No request is lost: every bulk request released is done, in flight, or back in its batch,
+and every interactive arrival is served, in flight, waiting, refused or timed out, in both
+modes, through failures (a dispatcher tick whose entries admission refuses part-way used to
+drop the rest)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from simulator.exact_run import start_exact
+from simulator.fluid_run import ProbeSettings, run_fast
+from simulator.length_moments import scenario_capacity
+from simulator.scenario import scenario
+from simulator.settings import SimSettings
+from simulator.sim_request import BULK, INTERACTIVE
+from simulator.variants import make_policy
+
+
+def test_the_exact_mode_loses_no_request_even_when_servers_die() -> None:
+    day = replace(scenario("failures", gpus=8, hours=0.1), failures_per_server_hour=20.0)
+    settings = SimSettings()
+    policy, variant = make_policy("autoscaler", day, settings, scenario_capacity(day, settings))
+    world, queue = start_exact(day, settings, policy, variant, seed=4)
+    queue.run_until(world, day.duration_s)
+    counters = world.recorder.counters
+    assert counters["failures"] > 0 and counters["retried"] > 0
+
+    held = [r for s in world.servers.values() for r in s.requests.values()] + list(world.homeless)
+    bulk_held = sum(1 for r in held if r.kind == BULK)
+    released = sum(b.released for b in world.feed_batches.values())
+    assert released == counters["bulk_done"] + bulk_held
+    assert world.feed.inflight_requests == bulk_held
+
+    interactive_held = sum(1 for r in held if r.kind == INTERACTIVE)
+    accounted = (
+        counters["interactive_done"]
+        + interactive_held
+        + len(world.waiters)
+        + counters["interactive_refused"]
+        + counters["interactive_timed_out"]
+    )
+    assert accounted == counters["interactive_arrived"]
+
+
+def test_the_fast_mode_finishes_what_it_releases() -> None:
+    day = scenario("weekday", gpus=16, hours=0.25)
+    settings = SimSettings()
+    policy, variant = make_policy("static", day, settings, scenario_capacity(day, settings))
+    recorder = run_fast(day, settings, policy, variant, seed=4, probe=ProbeSettings(every_s=600.0))
+    done_by_batches = sum(b.done for b in recorder.batches.values())
+    assert done_by_batches == pytest.approx(recorder.counters["bulk_done"], abs=len(recorder.batches) * 2)
+    assert recorder.counters["interactive_done"] == pytest.approx(recorder.counters["interactive_arrived"], rel=0.05)
