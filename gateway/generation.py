@@ -9,6 +9,7 @@ routes): every rule about what may run lives here, so the surfaces cannot drift 
                                  ── done: its stored result
         admission: a lease on prompt + max_tokens of KV ── 429 / 503 with Retry-After
         registry.start() ──▶ InflightRequest, read by the route
+            its RequestLifecycle (gateway/request_lifecycle.py), from then on:
             as it runs:  nothing per delta (readers read memory); the lease kept alive
             at the end:  result kept for repeats (a caller-made id), lease released, usage metered
 """
@@ -16,13 +17,11 @@ routes): every rule about what may run lives here, so the surfaces cannot drift 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 import redis
@@ -40,17 +39,12 @@ from gateway.metering import Metering
 from gateway.metrics import GatewayMetrics
 from gateway.redis_retry import until_reachable
 from gateway.request_bus import BusMessage, RequestBus
+from gateway.request_lifecycle import LatencyStamps, RequestLifecycle
 from gateway.requests_registry import InflightRequest, RequestIdInUse, RequestRegistry
 from quota.admission import Admission, AdmissionRefused
-from quota.leases import Lease
-from quota.usage import UsageRecord
 from router.block_hashes import DEFAULT_MAX_BLOCKS, prompt_block_hashes
 
 logger = logging.getLogger(__name__)
-
-# A request another process follows is mirrored to Redis at most this often: a few writes a
-# second, whatever the reply's pace.
-MIRROR_INTERVAL_S = 0.25
 
 
 class RequestEnded(BackendError):
@@ -210,17 +204,17 @@ class GenerationService:
             prompt_tokens=prompt_tokens,
             prefix_block_hashes=tuple(prompt_block_hashes(prompt_ids, block_size, team_id, DEFAULT_MAX_BLOCKS)),
         )
-        hooks = _Hooks(
+        lifecycle = RequestLifecycle(
             self._idempotency, self._admission, self._metering, team_id, public_id, request_class, lease,
             keep_s=self._keep_s(inp.request_id, request_class), door=inp.door,
-            stamps=None if self._latency_log is None else _Stamps(self._latency_log, started, admitted),
+            stamps=None if self._latency_log is None else LatencyStamps(self._latency_log, started, admitted),
         )  # fmt: skip
         try:
-            entry = self._registry.start(request, prompt_tokens, public_id=public_id, hooks=hooks)
+            entry = self._registry.start(request, prompt_tokens, public_id=public_id, hooks=lifecycle)
         except RequestIdInUse:
             await self._admission.release(lease)
             raise request_conflict(public_id, "is already in flight; wait for it to end") from None
-        hooks.keep_lease_alive(entry)
+        lifecycle.keep_lease_alive(entry)
         return entry
 
     async def cancel(self, principal: Principal, public_id: str) -> InflightRequest | None:
@@ -246,7 +240,7 @@ class GenerationService:
         """Another process reads one of this process's requests: mirror it (a repeat attached
         there), or cancel it and end its stream for the canceller (a DELETE there)."""
         entry = self._registry.get(scoped)
-        if entry is None or not isinstance(entry.hooks, _Hooks):
+        if entry is None or not isinstance(entry.hooks, RequestLifecycle):
             return
         entry.hooks.followed(entry, mirror=message is BusMessage.ATTACH)
         if message is BusMessage.CANCEL:
@@ -322,168 +316,3 @@ async def _stored(result: dict[str, Any], seen: int) -> AsyncIterator[Generation
         yield GenerationDelta(usage=usage)
         raise BackendError(result["error"])
     yield GenerationDelta(finish_reason=result.get("stop_reason") or "aborted", usage=usage)
-
-
-@dataclass(slots=True)
-class _Stamps:
-    """One request's wall-clock stamps in this gateway, written to the latency log at its end:
-    `started` (the route took the checked body), `admitted` (its lease granted), then the first
-    delta with tokens and the end as the backend reported them."""
-
-    log: LatencyLog
-    started: float
-    admitted: float
-    first_delta: float | None = None
-
-    def write(self, request_id: str) -> None:
-        marks = {
-            "started": self.started,
-            "admitted": self.admitted,
-            "first_delta": self.first_delta,
-            "finished": time.time(),
-        }
-        self.log.write("gateway", request_id, marks)
-
-
-class _Hooks:
-    """One accepted request's bookkeeping: its record for repeats, its lease, its usage."""
-
-    def __init__(
-        self,
-        idempotency: IdempotencyStore,
-        admission: Admission,
-        metering: Metering,
-        team_id: str,
-        public_id: str,
-        request_class: str,
-        lease: Lease,
-        *,
-        keep_s: int | None,
-        door: str = "http",
-        stamps: _Stamps | None = None,
-    ) -> None:
-        self._idempotency = idempotency
-        self._stamps = stamps
-        self._door = door
-        self._admission = admission
-        self._metering = metering
-        self._team_id = team_id
-        self._public_id = public_id
-        self._request_class = request_class
-        self._lease = lease
-        self._renewer: asyncio.Task[None] | None = None
-        self._keep_s = keep_s  # how long the result is kept for repeats (None: not at all)
-        self._followed = False  # another process reads this request: end its stream
-        self._mirror: asyncio.Task[None] | None = None
-
-    def keep_lease_alive(self, entry: InflightRequest) -> None:
-        self._renewer = asyncio.create_task(self._renew(entry))
-
-    async def _renew(self, entry: InflightRequest) -> None:
-        """The lease and the claim on the id stay this process's while it generates."""
-        every_s = self._idempotency.owner_ttl_s / 3
-        async with self._admission.renewing(self._lease):
-            while not entry.done:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(entry.wait_done(), every_s)
-                if not entry.done:
-                    try:
-                        await self._idempotency.renew_owner(self._team_id, self._public_id)
-                    except redis.RedisError:  # Redis away for a moment: the next renewal may land
-                        logger.warning("could not renew the claim on %s", self._public_id)
-
-    async def on_delta(self, entry: InflightRequest, delta: GenerationDelta) -> None:
-        """Nothing per delta but a stamp of the first (when stamping): this process's readers
-        read memory; followers elsewhere are mirrored on their own schedule (`followed`)."""
-        stamps = self._stamps
-        if stamps is not None and stamps.first_delta is None and delta.token_ids:
-            stamps.first_delta = time.time()
-
-    def followed(self, entry: InflightRequest, *, mirror: bool) -> None:
-        """Another process reads this request: its end goes to the deltas stream, and with
-        `mirror` its deltas too, from the first (once, whoever else attaches later)."""
-        self._followed = True
-        if mirror and self._mirror is None and not entry.done:
-            self._mirror = asyncio.create_task(self._mirror_deltas(entry))
-
-    async def _mirror_deltas(self, entry: InflightRequest) -> None:
-        mirrored = 0
-        while not entry.done:
-            if len(entry.deltas) > mirrored:
-                batch, mirrored = entry.deltas[mirrored:], len(entry.deltas)
-                await self._idempotency.mirror(
-                    self._team_id, self._public_id, [(delta.text, delta.token_ids) for delta in batch]
-                )
-                await asyncio.sleep(MIRROR_INTERVAL_S)
-            await entry.wait_changed(mirrored)
-
-    async def on_finish(self, entry: InflightRequest) -> None:
-        if self._stamps is not None:
-            self._stamps.write(entry.request_id)
-        if self._renewer is not None:
-            self._renewer.cancel()
-        if self._mirror is not None:
-            self._mirror.cancel()  # the final entry carries every delta the followers lack
-        ended = time.monotonic()
-        result: dict[str, Any] = {
-            "stop_reason": entry.stop_reason or ("error" if entry.error else "aborted"),
-            "usage": entry.usage.as_dict(),
-            "error": str(entry.error) if entry.error is not None else None,
-            "deltas": [[delta.text, list(delta.token_ids)] for delta in entry.deltas],
-        }
-        team, public_id = self._team_id, self._public_id
-
-        async def end_record() -> None:
-            # A failure before any token (a backend 503, say) frees the id, so the retry its
-            # Retry-After invites can run; anything else is the request's one result.
-            if entry.error is not None and not entry.deltas:
-                await self._idempotency.forget(team, public_id)
-            else:
-                await self._idempotency.record_final(
-                    team, public_id, result, keep_s=self._keep_s, followed=self._followed
-                )
-
-        steps = (
-            until_reachable(end_record, what="the request's final record"),
-            until_reachable(lambda: self._admission.release(self._lease), what="the lease's release"),
-            self._metering.record(self._usage(entry, ended), at=datetime.now(UTC), door=self._door),
-        )
-        for outcome in await asyncio.gather(*steps, return_exceptions=True):
-            if isinstance(outcome, BaseException):
-                logger.error("finishing request %s failed", entry.request_id, exc_info=outcome)
-        first = entry.first_token_at
-        logger.info(
-            "generation ended",
-            extra={
-                "request_id": self._public_id,
-                "team": self._team_id,
-                "model": entry.request.model_id,
-                "request_class": self._request_class,
-                "door": self._door,
-                "status": result["stop_reason"],
-                "borrowed": self._lease.borrowed,
-                "duration_s": round(ended - entry.started_at, 4),
-                "ttft_s": None if first is None else round(first - entry.started_at, 4),
-                **entry.usage.as_dict(),
-            },
-        )
-
-    def _usage(self, entry: InflightRequest, ended: float) -> UsageRecord:
-        """KV token-seconds: the prompt is held from admission to the end; completion tokens
-        accumulate from the first token on, so on average half of them are held that long."""
-        usage = entry.usage
-        held_prompt = usage.prompt_tokens * max(0.0, ended - entry.started_at)
-        first = entry.first_token_at if entry.first_token_at is not None else ended
-        held_completion = usage.completion_tokens * max(0.0, ended - first) / 2
-        return UsageRecord(
-            team_id=self._team_id,
-            model_id=entry.request.model_id,
-            request_class=self._request_class,
-            prompt_tokens=usage.prompt_tokens,
-            cached_tokens=min(usage.cached_tokens, usage.prompt_tokens),
-            completion_tokens=usage.completion_tokens,
-            discarded_tokens=usage.discarded_tokens,
-            cancelled=entry.stop_reason == "cancelled",
-            kv_token_seconds=held_prompt + held_completion,
-            record_id=self._lease.lease_id,  # one lease per generation: a resent record counts once
-        )

@@ -3,7 +3,11 @@ Redis (the bill, `GET /v1/usage`) and to the Prometheus counters on `/metrics` a
 
     create_app:  app.state.metrics = GatewayMetrics()
     lifespan:    install_metering(app, UsageMeter(redis_client))   -> app.state.metering
-    a request:   await metering.record(UsageRecord(...), at=finished_at, door="http")
+    a request:   await metering.record(request_usage(entry, ...), at=finished_at, door="http")
+
+`request_usage` reads an ended `InflightRequest` into the plain values of the usage formula
+(`quota/usage_formula.py`: tokens, cached, discarded, KV token-seconds); the request's
+lifecycle (`gateway/request_lifecycle.py`) meters it once, at its end.
 
 `door` is the protocol the request came through (`http`, or `grpc`: the front door,
 gateway/grpc_door/): `switchyard_usage_door_*{team, model, door}` count requests and tokens per
@@ -21,6 +25,8 @@ from fastapi import Depends, FastAPI, Request
 from prometheus_client import CollectorRegistry, Counter
 
 from gateway.redis_retry import UNREACHABLE_RETRY_S, until_reachable
+from gateway.requests_registry import InflightRequest
+from quota import usage_formula
 from quota.usage import UsageMeter, UsageRecord
 from quota.usage_counters import UsageCounters
 
@@ -86,6 +92,28 @@ class Metering:
             await until_reachable(lambda: self.meter.record(rec, at), what="usage", retry_s=self.retry_s, extra=extra)
         except redis.RedisError as exc:
             logger.error("usage not recorded in redis", extra=extra, exc_info=exc)
+
+
+def request_usage(
+    entry: InflightRequest, *, team_id: str, request_class: str, record_id: str, ended_at: float
+) -> UsageRecord:
+    """What the ended `entry` used, `ended_at` on the clock of its `started_at` (monotonic).
+    `record_id`: its lease's id (one lease per generation: a resent record counts once)."""
+    usage = entry.usage
+    return usage_formula.request_usage(
+        team_id=team_id,
+        model_id=entry.request.model_id,
+        request_class=request_class,
+        prompt_tokens=usage.prompt_tokens,
+        cached_tokens=usage.cached_tokens,
+        completion_tokens=usage.completion_tokens,
+        discarded_tokens=usage.discarded_tokens,
+        cancelled=entry.stop_reason == "cancelled",
+        started_at=entry.started_at,
+        first_token_at=entry.first_token_at,
+        ended_at=ended_at,
+        record_id=record_id,
+    )
 
 
 def install_metering(app: FastAPI, meter: UsageMeter) -> Metering:
