@@ -30,17 +30,18 @@ from typing import Protocol
 from bls.llm_request import LlmRequest, parse_llm_request
 from bls.postprocessing import PostprocessResult, PostprocessState
 from bls.preprocessing import Preprocessed
-from bls.tensors import (
-    InputError,
-    Outputs,
-    ResponseSink,
-    TensorSource,
-    int32_scalar,
-    int32_tensor,
-    text_tensor,
-)
+from bls.tensors import InputError, Outputs, ResponseSink, TensorSource
 from contracts.latency_log import LatencyLog
-from contracts.llm_tensors import invalid_input_message
+from contracts.llm_tensors import (
+    CACHED_TOKENS,
+    COMPLETION_TOKENS,
+    DISCARDED_TOKENS,
+    FINISH_REASON,
+    OUTPUT_TOKEN_IDS,
+    PROMPT_TOKENS,
+    TEXT_OUTPUT,
+    invalid_input_message,
+)
 from engine.request import EngineRequest, FinishReason, RequestOutput
 
 logger = logging.getLogger(__name__)
@@ -100,13 +101,13 @@ class _Reply:
         last = self.last
         self.sent_tokens += len(self.token_ids)
         outputs = {
-            "text_output": text_tensor("".join(self.text)),
-            "output_token_ids": int32_tensor(self.token_ids),
-            "finish_reason": text_tensor(finish_reason),
-            "prompt_tokens": int32_scalar(last.prompt_tokens if last else 0),
-            "cached_tokens": int32_scalar(last.cached_tokens if last else 0),
-            "completion_tokens": int32_scalar(self.sent_tokens),
-            "discarded_tokens": int32_scalar(max(0, self.engine_tokens - self.sent_tokens)),
+            TEXT_OUTPUT.name: TEXT_OUTPUT.array(["".join(self.text)]),
+            OUTPUT_TOKEN_IDS.name: OUTPUT_TOKEN_IDS.array(self.token_ids),
+            FINISH_REASON.name: FINISH_REASON.array([finish_reason]),
+            PROMPT_TOKENS.name: PROMPT_TOKENS.array([last.prompt_tokens if last else 0]),
+            CACHED_TOKENS.name: CACHED_TOKENS.array([last.cached_tokens if last else 0]),
+            COMPLETION_TOKENS.name: COMPLETION_TOKENS.array([self.sent_tokens]),
+            DISCARDED_TOKENS.name: DISCARDED_TOKENS.array([max(0, self.engine_tokens - self.sent_tokens)]),
         }
         self.text.clear()
         self.token_ids.clear()
@@ -146,7 +147,7 @@ class _FinalOnce:
             return
         self.final_sent = final
         self._sink.send(outputs, final=final, error=error)
-        sent_ids = outputs.get("output_token_ids") if outputs is not None else None
+        sent_ids = outputs.get(OUTPUT_TOKEN_IDS.name) if outputs is not None else None
         if self.marks.first_sent is None and sent_ids is not None and sent_ids.size:
             self.marks.first_sent = time.time()
         if final:

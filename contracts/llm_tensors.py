@@ -1,11 +1,14 @@
-"""The `llm` model's tensors (docs/tensors.md): one table that both ends of the stream read.
+"""The `llm` model's tensors (docs/tensors.md): the one table every side of the stream reads.
 
-    gateway ── router/triton_backend.build_inputs ──▶ Triton ──▶ llm: bls/llm_request.py
+    HTTP    ── router/triton_backend.build_inputs ──▶ Triton ──▶ llm: bls/llm_request.py
             ◀── router/triton_backend.parse_response ◀──────────  bls/llm_pipeline.py
+    gRPC door (gateway/grpc_door/): a client's tensors ──▶ GenerateBody, by `LlmInput.request_field`;
+            deltas ──▶ responses with these outputs' datatypes and shapes
 
-The gateway builds each input with the table's Triton datatype and numpy dtype; the `llm`
-model reads them by the same names. model_repository/llm/config.pbtxt declares them to
-Triton; tests/contracts/test_llm_tensors.py holds the three together.
+Each tensor's name, Triton datatype, numpy dtype and shape are written here only; each input
+also names the request field it carries (GenerationRequest's and GenerateBody's attribute),
+and whether only the gateway may send it. model_repository/llm/config.pbtxt declares the same
+tensors to Triton; tests/contracts/test_llm_tensors.py holds them all together.
 
 Every request is its own batch (`max_batch_size: 0`), so a scalar is shape [1] and a list is
 shape [-1]. BYTES travel as numpy object arrays of UTF-8 `bytes`.
@@ -20,64 +23,98 @@ since every server would refuse it too.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
 
 
 @dataclass(frozen=True, slots=True)
-class LlmInput:
-    """One input of `llm`: its name, its type on the wire and in numpy, and its shape."""
+class LlmTensor:
+    """One tensor of `llm`: its name, its type on the wire and in numpy, and its shape."""
 
     name: str
     datatype: str  # Triton's wire name: BYTES, INT32, INT64, FP32, BOOL
     dtype: type[np.generic]  # what a client builds the array with
     is_list: bool = False  # shape [-1]; otherwise a scalar, shape [1]
-    required: bool = False  # Triton refuses a request without it, before `llm` runs
+    kind: ClassVar[str] = "output"  # what its errors call it
+    # (min, max) of an integer dtype, worked out once: every response's arrays are checked.
+    int_range: tuple[int, int] | None = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "int_range", _integer_range(self.dtype))
+
+    @property
+    def dims(self) -> list[int]:
+        """The shape config.pbtxt declares (and a model's metadata reports): [-1] or [1]."""
+        return [-1] if self.is_list else [1]
 
     def array(self, values: Sequence[str | bytes | int | float | bool]) -> npt.NDArray[Any]:
-        """`values` as this input's array; texts of a BYTES input are encoded as UTF-8.
+        """`values` as this tensor's array; texts of a BYTES tensor are encoded as UTF-8.
 
-        ValueError (naming the input) for a value the dtype cannot hold as it is: a text that is
+        ValueError (naming the tensor) for a value the dtype cannot hold as it is: a text that is
         not valid Unicode, an integer out of range, a finite number that overflows FP32. numpy
         would otherwise wrap or overflow it silently, and the server would get another value."""
+        what = f"llm {self.kind} {self.name!r}"
         if not self.is_list and len(values) != 1:
-            raise ValueError(f"llm input {self.name!r} is a scalar: give one value, got {len(values)}")
+            raise ValueError(f"{what} is a scalar: give one value, got {len(values)}")
         if self.datatype == "BYTES":
             try:
                 encoded = [v.encode("utf-8") if isinstance(v, str) else v for v in values]
             except UnicodeEncodeError as exc:
-                raise ValueError(f"llm input {self.name!r} is not valid Unicode text: {exc.reason}") from None
+                raise ValueError(f"{what} is not valid Unicode text: {exc.reason}") from None
             # Filled element by element so that numpy never splits a `bytes` into characters.
             array = np.empty(len(encoded), dtype=np.object_)
             array[:] = encoded
             return array
-        if np.issubdtype(self.dtype, np.integer):
-            limits = np.iinfo(self.dtype)  # type: ignore[type-var]  # an integer dtype, checked above
+        if self.int_range is not None:
+            low, high = self.int_range
             for value in values:
-                if not limits.min <= int(value) <= limits.max:
-                    raise ValueError(f"llm input {self.name!r} ({self.datatype}) cannot hold {value!r}")
+                if not low <= int(value) <= high:
+                    raise ValueError(f"{what} ({self.datatype}) cannot hold {value!r}")
+            return np.asarray(values, dtype=self.dtype).reshape(-1)
         with np.errstate(over="raise"):
             try:
                 return np.asarray(values, dtype=self.dtype).reshape(-1)
             except FloatingPointError:
-                raise ValueError(f"llm input {self.name!r} ({self.datatype}) cannot hold {list(values)}") from None
+                raise ValueError(f"{what} ({self.datatype}) cannot hold {list(values)}") from None
 
 
-TEXT_INPUT = LlmInput("text_input", "BYTES", np.object_, required=True)
-MAX_TOKENS = LlmInput("max_tokens", "INT32", np.int32, required=True)
-STOP = LlmInput("stop", "BYTES", np.object_, is_list=True)
-STREAM = LlmInput("stream", "BOOL", np.bool_)
-REQUEST_CLASS = LlmInput("request_class", "BYTES", np.object_)
-TEMPERATURE = LlmInput("temperature", "FP32", np.float32)
-TOP_P = LlmInput("top_p", "FP32", np.float32)
-TOP_K = LlmInput("top_k", "INT32", np.int32)
-SEED = LlmInput("seed", "INT64", np.int64)
-IGNORE_EOS = LlmInput("ignore_eos", "BOOL", np.bool_)
-RESUME_TOKEN_IDS = LlmInput("resume_token_ids", "INT32", np.int32, is_list=True)
-CACHE_NAMESPACE = LlmInput("cache_namespace", "BYTES", np.object_)
+def _integer_range(dtype: type[np.generic]) -> tuple[int, int] | None:
+    """The range of an integer dtype; None for another."""
+    if not np.issubdtype(dtype, np.integer):
+        return None
+    info = np.iinfo(dtype)  # type: ignore[type-var]  # an integer dtype, checked above
+    return int(info.min), int(info.max)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LlmInput(LlmTensor):
+    """One input of `llm`, and the request field it carries."""
+
+    kind: ClassVar[str] = "input"
+    request_field: str  # the attribute of GenerationRequest and GenerateBody (`stream`: the body's only)
+    required: bool = False  # Triton refuses a request without it, before `llm` runs
+    gateway_only: bool = False  # set by the gateway alone: the gRPC door refuses it from a client
+
+
+TEXT_INPUT = LlmInput("text_input", "BYTES", np.object_, request_field="prompt", required=True)
+MAX_TOKENS = LlmInput("max_tokens", "INT32", np.int32, request_field="max_tokens", required=True)
+STOP = LlmInput("stop", "BYTES", np.object_, is_list=True, request_field="stop")
+STREAM = LlmInput("stream", "BOOL", np.bool_, request_field="stream")
+REQUEST_CLASS = LlmInput("request_class", "BYTES", np.object_, request_field="request_class")
+TEMPERATURE = LlmInput("temperature", "FP32", np.float32, request_field="temperature")
+TOP_P = LlmInput("top_p", "FP32", np.float32, request_field="top_p")
+TOP_K = LlmInput("top_k", "INT32", np.int32, request_field="top_k")
+SEED = LlmInput("seed", "INT64", np.int64, request_field="seed")
+IGNORE_EOS = LlmInput("ignore_eos", "BOOL", np.bool_, request_field="ignore_eos")
+# A resumed reply's tokens (failover) and the team's prefix-cache namespace: a client that set
+# them could splice text into a reply or read another team's cache.
+RESUME_TOKEN_IDS = LlmInput(
+    "resume_token_ids", "INT32", np.int32, is_list=True, request_field="resume_token_ids", gateway_only=True
+)
+CACHE_NAMESPACE = LlmInput("cache_namespace", "BYTES", np.object_, request_field="cache_namespace", gateway_only=True)
 
 # In config.pbtxt's order.
 LLM_INPUTS: tuple[LlmInput, ...] = (
@@ -110,16 +147,17 @@ def refused_input(message: str) -> str | None:
     return None
 
 
-TEXT_OUTPUT = "text_output"  # BYTES [1]: text since the previous response
-OUTPUT_TOKEN_IDS = "output_token_ids"  # INT32 [-1]: token ids since the previous response
-FINISH_REASON = "finish_reason"  # BYTES [1]: empty until the end (contracts.generation.FINISH_REASONS)
-PROMPT_TOKENS = "prompt_tokens"  # INT32 [1]
-CACHED_TOKENS = "cached_tokens"  # INT32 [1]
-COMPLETION_TOKENS = "completion_tokens"  # INT32 [1]: token ids this server sent so far
-# INT32 [1]: tokens the engine wrote past the reply's end (a stop string), never sent or billed
-DISCARDED_TOKENS = "discarded_tokens"
+TEXT_OUTPUT = LlmTensor("text_output", "BYTES", np.object_)  # text since the previous response
+OUTPUT_TOKEN_IDS = LlmTensor("output_token_ids", "INT32", np.int32, is_list=True)  # token ids since then
+FINISH_REASON = LlmTensor("finish_reason", "BYTES", np.object_)  # "" until the end (generation.FINISH_REASONS)
+PROMPT_TOKENS = LlmTensor("prompt_tokens", "INT32", np.int32)
+CACHED_TOKENS = LlmTensor("cached_tokens", "INT32", np.int32)
+COMPLETION_TOKENS = LlmTensor("completion_tokens", "INT32", np.int32)  # token ids this server sent so far
+# Tokens the engine wrote past the reply's end (a stop string), never sent or billed.
+DISCARDED_TOKENS = LlmTensor("discarded_tokens", "INT32", np.int32)
 
-LLM_OUTPUT_NAMES: tuple[str, ...] = (
+# In config.pbtxt's order: every response carries all of them.
+LLM_OUTPUTS: tuple[LlmTensor, ...] = (
     TEXT_OUTPUT,
     OUTPUT_TOKEN_IDS,
     FINISH_REASON,
@@ -128,3 +166,4 @@ LLM_OUTPUT_NAMES: tuple[str, ...] = (
     COMPLETION_TOKENS,
     DISCARDED_TOKENS,
 )
+LLM_OUTPUT_NAMES: tuple[str, ...] = tuple(spec.name for spec in LLM_OUTPUTS)

@@ -11,6 +11,10 @@
 
 Routes take `principal: PrincipalDep` (or `AdminDep` for admin routes). The key store lives
 in `app.state.key_store`, put there by `install_auth` from the app's lifespan.
+
+`bearer_key` is the one parser of the header: the route's check here, the edge's
+(gateway/edge_guard.py) and the gRPC door's metadata (gateway/grpc_door/service.py) refuse a
+missing or malformed header with the same 401.
 """
 
 from __future__ import annotations
@@ -65,37 +69,21 @@ def forbidden(message: str, param: str | None = None) -> ApiError:
     return ApiError(403, "permission_error", message, param)
 
 
-async def get_principal(
-    request: Request,
-    store: Annotated[KeyStore, Depends(get_key_store)],
-    _: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer_scheme)],
-) -> Principal:
-    """Resolve the request's bearer key; 401 unless it names a configured team or the admin."""
-    return await resolve_principal(store, request.headers.get("authorization"), request.headers.get(TEAM_HEADER))
+def unknown_key() -> ApiError:
+    """401 for a well-formed key no team holds (never made, or revoked)."""
+    return unauthorized(f"the API key is not valid (unknown or revoked); {_HOW_TO_GET_A_KEY}")
 
 
-async def resolve_principal(store: KeyStore, authorization: str | None, acting_for: str | None) -> Principal:
-    """The caller an `Authorization` header (and, for the admin, `X-Switchyard-Team`) names;
-    `ApiError` 401 / 403 / 503 otherwise. Every door (HTTP, gRPC metadata) resolves through here."""
-    key = _bearer_key(authorization)
-    if store.is_admin(key):
-        if acting_for is None:
-            return Principal(team_id=None, is_admin=True)
-        if acting_for not in store.teams:
-            raise forbidden(f"header {TEAM_HEADER} names unknown team {acting_for!r}", TEAM_HEADER)
-        return Principal(team_id=acting_for, is_admin=True, team=store.teams[acting_for])
-    try:
-        team_id = await store.resolve(key)
-    except redis.RedisError:
-        raise ApiError(
-            503, "service_unavailable", "cannot check API keys right now; retry shortly", None, {"Retry-After": "1"}
-        ) from None
-    if team_id is None:
-        raise unauthorized(f"the API key is not valid (unknown or revoked); {_HOW_TO_GET_A_KEY}")
-    return Principal(team_id=team_id, is_admin=False, team=store.teams[team_id])
+def keys_unavailable() -> ApiError:
+    """503 when Redis cannot say whose a key is: the caller retries, no key is judged."""
+    return ApiError(
+        503, "service_unavailable", "cannot check API keys right now; retry shortly", None, {"Retry-After": "1"}
+    )
 
 
-def _bearer_key(header: str | None) -> str:
+def bearer_key(header: str | None) -> str:
+    """The key of an `Authorization: Bearer KEY` header (the scheme in any case, spaces around
+    the key allowed); `unauthorized` when the header is missing or not of that form."""
     if header is None or not header.strip():
         raise unauthorized(f"send an API key as 'Authorization: Bearer KEY'; {_HOW_TO_GET_A_KEY}")
     scheme, _, key = header.strip().partition(" ")
@@ -105,6 +93,34 @@ def _bearer_key(header: str | None) -> str:
             f"the Authorization header must be 'Bearer KEY' (got scheme {scheme!r}); {_HOW_TO_GET_A_KEY}"
         )
     return key
+
+
+async def get_principal(
+    request: Request,
+    store: Annotated[KeyStore, Depends(get_key_store)],
+    _: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer_scheme)],
+) -> Principal:
+    """Resolve the request's bearer key; 401 unless it names a configured team or the admin."""
+    key = bearer_key(request.headers.get("authorization"))
+    return await resolve_principal(store, key, request.headers.get(TEAM_HEADER))
+
+
+async def resolve_principal(store: KeyStore, key: str, acting_for: str | None) -> Principal:
+    """The caller `key` (from `bearer_key`) and, for the admin, `X-Switchyard-Team` name;
+    `ApiError` 401 / 403 / 503 otherwise. Every door (HTTP, gRPC metadata) resolves through here."""
+    if store.is_admin(key):
+        if acting_for is None:
+            return Principal(team_id=None, is_admin=True)
+        if acting_for not in store.teams:
+            raise forbidden(f"header {TEAM_HEADER} names unknown team {acting_for!r}", TEAM_HEADER)
+        return Principal(team_id=acting_for, is_admin=True, team=store.teams[acting_for])
+    try:
+        team_id = await store.resolve(key)
+    except redis.RedisError:
+        raise keys_unavailable() from None
+    if team_id is None:
+        raise unknown_key()
+    return Principal(team_id=team_id, is_admin=False, team=store.teams[team_id])
 
 
 async def get_admin(principal: Annotated[Principal, Depends(get_principal)]) -> Principal:

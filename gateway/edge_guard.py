@@ -33,8 +33,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from config.settings import SwitchyardConfig
 from contracts.errors import ApiError
-from gateway.auth import unauthorized
-from gateway.edge_keys import EdgeCaller, KeyCache, bearer_key
+from gateway.auth import bearer_key, keys_unavailable, unknown_key
+from gateway.edge_keys import EdgeCaller, KeyCache
 from gateway.key_slots import SLOT_SCOPE_KEY, KeySlot, KeySlots, too_many
 from gateway.settings import GatewaySettings
 from quota.keys import KeyStore
@@ -44,7 +44,6 @@ logger = logging.getLogger(__name__)
 EDGE_STATE = "edge"  # app.state.edge: the Edge the lifespan built
 UPLOAD_FORM_BYTES = 1024 * 1024  # a multipart upload's fields and framing beside its file
 UPLOAD_PATHS = frozenset({"/v1/files", "/v1/batches", "/console/batches"})  # the console's upload too
-_HOW_TO_GET_A_KEY = "an operator makes one with `switchyard keys create TEAM`"
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,18 +194,13 @@ class EdgeGuard:
                 slot.release()
 
     async def _caller(self, edge: Edge, header: str | None) -> EdgeCaller:
-        key = bearer_key(header)
-        if key is None:
-            raise unauthorized(f"send an API key as 'Authorization: Bearer KEY'; {_HOW_TO_GET_A_KEY}")
+        key = bearer_key(header)  # the route's own parser: the same 401 for the same header
         try:
             caller = await edge.keys.caller(key)
         except redis.RedisError:
-            raise ApiError(
-                503, "server_error", "cannot check API keys right now; retry shortly", None, {"Retry-After": "1"},
-                code="service_unavailable",
-            ) from None  # fmt: skip
+            raise keys_unavailable() from None
         if caller is None:
-            raise unauthorized(f"the API key is not valid (unknown or revoked); {_HOW_TO_GET_A_KEY}")
+            raise unknown_key()
         return caller
 
     async def _serve(self, scope: Scope, meter: BodyMeter, send: Send) -> None:

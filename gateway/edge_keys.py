@@ -4,10 +4,11 @@
                                ── cached < key_cache_s? ──▶ the cached answer
                                ── KeyStore.resolve     ──▶ EdgeCaller(team) | None (one HGET)
 
-Answers, unknown keys included, are kept `key_cache_s` (a revoked key stops passing the edge
-within that; the route's own check, gateway/auth.py, still resolves every request), and at
-most `max_entries` of them, oldest dropped first, so a flood of made-up keys costs one HGET
-each and bounded memory.
+The key arrives parsed by gateway/auth.py's `bearer_key`, the one parser of the header, so a
+malformed header is the same 401 at the edge as at the route. Answers, unknown keys included,
+are kept `key_cache_s` (a revoked key stops passing the edge within that; the route's own
+check, gateway/auth.py, still resolves every request), and at most `max_entries` of them,
+oldest dropped first, so a flood of made-up keys costs one HGET each and bounded memory.
 """
 
 from __future__ import annotations
@@ -27,17 +28,6 @@ class EdgeCaller:
 
     key_id: str
     is_admin: bool
-
-
-def bearer_key(header: str | None) -> str | None:
-    """The key of an `Authorization: Bearer KEY` header; None when missing or malformed."""
-    if header is None:
-        return None
-    scheme, _, key = header.strip().partition(" ")
-    key = key.strip()
-    if scheme.lower() != "bearer" or not key or " " in key:
-        return None
-    return key
 
 
 class KeyCache:

@@ -9,15 +9,7 @@ from __future__ import annotations
 
 from tritonclient.grpc import model_config_pb2, service_pb2
 
-from contracts.llm_tensors import (
-    CACHED_TOKENS,
-    COMPLETION_TOKENS,
-    DISCARDED_TOKENS,
-    FINISH_REASON,
-    OUTPUT_TOKEN_IDS,
-    PROMPT_TOKENS,
-    TEXT_OUTPUT,
-)
+from contracts.llm_tensors import LLM_OUTPUTS
 from gateway.grpc_door.tensors import DOOR_INPUTS, MODEL_VERSION
 
 SERVER_NAME = "switchyard"
@@ -26,16 +18,6 @@ SERVER_VERSION = "0.1.0"
 EXTENSIONS = ("classification", "sequence", "model_configuration", "parameters")
 PLATFORM = "switchyard"
 
-# (name, datatype, is_list) of `llm`'s outputs, in config.pbtxt's order.
-_OUTPUTS = (
-    (TEXT_OUTPUT, "BYTES", False),
-    (OUTPUT_TOKEN_IDS, "INT32", True),
-    (FINISH_REASON, "BYTES", False),
-    (PROMPT_TOKENS, "INT32", False),
-    (CACHED_TOKENS, "INT32", False),
-    (COMPLETION_TOKENS, "INT32", False),
-    (DISCARDED_TOKENS, "INT32", False),
-)
 # Triton's config names for the wire datatypes.
 _CONFIG_TYPE = {
     "BYTES": model_config_pb2.TYPE_STRING,
@@ -57,13 +39,8 @@ def model_metadata(model_id: str) -> service_pb2.ModelMetadataResponse:
         name=model_id,
         versions=[MODEL_VERSION],
         platform=PLATFORM,
-        inputs=[
-            tensor(name=name, datatype=spec.datatype, shape=[-1 if spec.is_list else 1])
-            for name, (spec, _) in DOOR_INPUTS.items()
-        ],
-        outputs=[
-            tensor(name=name, datatype=datatype, shape=[-1 if is_list else 1]) for name, datatype, is_list in _OUTPUTS
-        ],
+        inputs=[tensor(name=spec.name, datatype=spec.datatype, shape=spec.dims) for spec in DOOR_INPUTS.values()],
+        outputs=[tensor(name=spec.name, datatype=spec.datatype, shape=spec.dims) for spec in LLM_OUTPUTS],
     )
 
 
@@ -77,16 +54,13 @@ def model_config(model_id: str) -> service_pb2.ModelConfigResponse:
         model_transaction_policy=model_config_pb2.ModelTransactionPolicy(decoupled=True),
         input=[
             model_config_pb2.ModelInput(
-                name=name,
-                data_type=_CONFIG_TYPE[spec.datatype],
-                dims=[-1 if spec.is_list else 1],
-                optional=not spec.required,
+                name=spec.name, data_type=_CONFIG_TYPE[spec.datatype], dims=spec.dims, optional=not spec.required
             )
-            for name, (spec, _) in DOOR_INPUTS.items()
+            for spec in DOOR_INPUTS.values()
         ],
         output=[
-            model_config_pb2.ModelOutput(name=name, data_type=_CONFIG_TYPE[datatype], dims=[-1 if is_list else 1])
-            for name, datatype, is_list in _OUTPUTS
+            model_config_pb2.ModelOutput(name=spec.name, data_type=_CONFIG_TYPE[spec.datatype], dims=spec.dims)
+            for spec in LLM_OUTPUTS
         ],
     )
     return service_pb2.ModelConfigResponse(config=config)

@@ -28,9 +28,8 @@ import grpc
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from contracts.errors import model_not_found
-from gateway.auth import Principal, require_model_access, resolve_principal
+from gateway.auth import Principal, bearer_key, require_model_access, resolve_principal
 from gateway.deps import Services
-from gateway.edge_keys import bearer_key
 from gateway.generation import body_digest, generation_input
 from gateway.grpc_door.models import model_config, model_metadata, server_metadata
 from gateway.grpc_door.status import DoorStatus, door_status
@@ -194,10 +193,9 @@ class InferenceDoor(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ign
         """The caller's key from `authorization: Bearer KEY` metadata (what tritonclient sends
         with `headers=`), resolved as HTTP resolves it."""
         metadata = _metadata(context)
-        authorization = metadata.get("authorization")
-        principal = await resolve_principal(self._keys, authorization, metadata.get(TEAM_METADATA))
-        key = bearer_key(authorization)
-        return _Caller(principal, None if principal.is_admin or key is None else hash_key(key))
+        key = bearer_key(metadata.get("authorization"))
+        principal = await resolve_principal(self._keys, key, metadata.get(TEAM_METADATA))
+        return _Caller(principal, None if principal.is_admin else hash_key(key))
 
     @contextlib.contextmanager
     def _slot(self, caller: _Caller, *, stream: bool) -> Iterator[None]:

@@ -27,6 +27,7 @@ import grpc
 
 from contracts.errors import ApiError
 from contracts.generation import BackendError, BackendUnavailable
+from gateway.grpc_door.tensors import INPUT_OF_FIELD
 
 logger = logging.getLogger(__name__)
 
@@ -43,8 +44,6 @@ _CODE_BY_STATUS = {
     499: grpc.StatusCode.CANCELLED,
     503: grpc.StatusCode.UNAVAILABLE,
 }
-# The HTTP body's field names as the door's caller knows them (tensors.py's names).
-_INPUT_OF_PARAM = {"prompt": "text_input", "class": "request_class", "model": "model_name", "request_id": "id"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,5 +93,5 @@ def _with_input(exc: ApiError) -> str:
     """The message, naming the input it is about when it does not already."""
     if exc.param is None:
         return exc.message
-    name = _INPUT_OF_PARAM.get(exc.param, exc.param)
+    name = INPUT_OF_FIELD.get(exc.param, exc.param)
     return exc.message if repr(name) in exc.message else f"{exc.message} (input {name!r})"

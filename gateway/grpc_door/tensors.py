@@ -13,13 +13,17 @@ is an `ApiError` 400 whose `param` is the tensor's name (status.py: INVALID_ARGU
 
 Responses carry `llm`'s seven outputs as the real server sends them (raw contents, one per
 output, in order); a stream's responses also carry the `triton_final_response` parameter.
+
+Which inputs a client may send, the body field each fills, and every tensor's datatype and
+shape come from `llm`'s one table (contracts/llm_tensors.py); this file only speaks Triton's
+wire forms (raw little-endian contents, typed contents, length-prefixed BYTES).
 """
 
 from __future__ import annotations
 
 import math
 import struct
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,49 +38,37 @@ from contracts.llm_tensors import (
     COMPLETION_TOKENS,
     DISCARDED_TOKENS,
     FINISH_REASON,
-    IGNORE_EOS,
+    LLM_INPUTS,
     LLM_OUTPUT_NAMES,
-    MAX_TOKENS,
+    LLM_OUTPUTS,
     OUTPUT_TOKEN_IDS,
     PROMPT_TOKENS,
-    REQUEST_CLASS,
-    SEED,
-    STOP,
-    STREAM,
-    TEMPERATURE,
-    TEXT_INPUT,
     TEXT_OUTPUT,
-    TOP_K,
-    TOP_P,
     LlmInput,
+    LlmTensor,
 )
 from contracts.schemas import FIELD_HINTS, GenerateBody
 
-# `llm`'s inputs a team may send, and the body field each one fills (`stream` is the door's own).
-DOOR_INPUTS: dict[str, tuple[LlmInput, str]] = {
-    spec.name: (spec, field)
-    for spec, field in (
-        (TEXT_INPUT, "prompt"),
-        (MAX_TOKENS, "max_tokens"),
-        (STOP, "stop"),
-        (STREAM, "stream"),
-        (REQUEST_CLASS, "class"),
-        (TEMPERATURE, "temperature"),
-        (TOP_P, "top_p"),
-        (TOP_K, "top_k"),
-        (SEED, "seed"),
-        (IGNORE_EOS, "ignore_eos"),
-    )
+# `llm`'s inputs a team may send (all but the gateway-only ones), by name.
+DOOR_INPUTS: dict[str, LlmInput] = {spec.name: spec for spec in LLM_INPUTS if not spec.gateway_only}
+
+
+def body_key(spec: LlmInput) -> str:
+    """The key of `spec`'s field in a GenerateBody as it is validated (its alias: `class`)."""
+    return GenerateBody.model_fields[spec.request_field].alias or spec.request_field
+
+
+# The body's keys as the door's caller names them: its tensors, and the request's own fields.
+INPUT_OF_FIELD = {body_key(spec): name for name, spec in DOOR_INPUTS.items()} | {
+    "model": "model_name",
+    "request_id": "id",
 }
-# The body's fields as the door's caller names them.
-_NAME_OF_FIELD = {field: name for name, (_, field) in DOOR_INPUTS.items()} | {"model": "model_name", "request_id": "id"}
 # Request parameters tritonclient may send; any other is refused, as HTTP refuses unknown fields.
 KNOWN_PARAMETERS = frozenset(
     {"sequence_id", "sequence_start", "sequence_end", "priority", "timeout", "triton_enable_empty_final_response"}
 )
 FINAL_PARAMETER = "triton_final_response"
 MODEL_VERSION = "1"
-_NUMPY_LE = {"INT32": "<i4", "INT64": "<i8", "FP32": "<f4", "BOOL": "?"}
 _CONTENTS_FIELD = {"INT32": "int_contents", "INT64": "int64_contents", "FP32": "fp32_contents", "BOOL": "bool_contents"}
 
 
@@ -102,13 +94,13 @@ def parse_request(request: service_pb2.ModelInferRequest) -> DoorRequest:
     if request.id:
         fields["request_id"] = request.id
     for index, tensor in enumerate(request.inputs):
-        known = DOOR_INPUTS.get(tensor.name)
-        if known is None:
+        spec = DOOR_INPUTS.get(tensor.name)
+        if spec is None:
             raise invalid_request(
                 f"input {tensor.name!r} is not accepted at the door; inputs: {', '.join(DOOR_INPUTS)}",
                 tensor.name, "unknown_parameter",
             )  # fmt: skip
-        spec, field = known
+        field = body_key(spec)
         if field in fields:
             raise invalid_request(f"input {tensor.name!r} is given twice", tensor.name)
         values = tensor_values(spec, tensor, raw[index] if raw else None)
@@ -153,7 +145,7 @@ def tensor_values(spec: LlmInput, tensor: Any, raw: bytes | None) -> list[Any]:
 def _raw_values(spec: LlmInput, raw: bytes) -> list[Any] | None:
     if spec.datatype == "BYTES":
         return split_bytes(raw)
-    dtype = np.dtype(_NUMPY_LE[spec.datatype])
+    dtype = _wire_dtype(spec)
     if len(raw) % dtype.itemsize:
         return None
     values: list[Any] = np.frombuffer(raw, dtype=dtype).tolist()
@@ -164,6 +156,11 @@ def _content_values(spec: LlmInput, contents: service_pb2.InferTensorContents) -
     if spec.datatype == "BYTES":
         return list(contents.bytes_contents)
     return list(getattr(contents, _CONTENTS_FIELD[spec.datatype]))
+
+
+def _wire_dtype(spec: LlmTensor) -> np.dtype[Any]:
+    """A numeric tensor's dtype in raw contents: the table's, little-endian."""
+    return np.dtype(spec.dtype).newbyteorder("<")
 
 
 def split_bytes(raw: bytes) -> list[bytes] | None:
@@ -189,33 +186,33 @@ def _invalid_tensors(exc: ValidationError) -> ApiError:
     messages = []
     for error in errors:
         field = str(error["loc"][0]) if error.get("loc") else ""
-        name = _NAME_OF_FIELD.get(field, field)
+        name = INPUT_OF_FIELD.get(field, field)
         if error.get("type") == "missing":
             messages.append(f"input {name!r} is required")
             continue
         hint = FIELD_HINTS.get(field)
         messages.append(f"input {name!r} must be {hint}" if hint else f"input {name!r}: {error.get('msg')}")
     first = str(errors[0]["loc"][0]) if errors and errors[0].get("loc") else ""
-    return invalid_request("; ".join(dict.fromkeys(messages)), _NAME_OF_FIELD.get(first, first) or None)
+    return invalid_request("; ".join(dict.fromkeys(messages)), INPUT_OF_FIELD.get(first, first) or None)
 
 
-def _bytes_output(name: str, text: str) -> tuple[service_pb2.ModelInferResponse.InferOutputTensor, bytes]:
-    data = text.encode("utf-8")
-    return service_pb2.ModelInferResponse.InferOutputTensor(name=name, datatype="BYTES", shape=[1]), (
-        struct.pack("<I", len(data)) + data
+def _output(spec: LlmTensor, values: Sequence[str | int]) -> tuple[Any, bytes]:
+    """One output tensor of the table's datatype and shape, and its raw contents."""
+    array = spec.array(values)
+    if spec.datatype == "BYTES":
+        raw = b"".join(struct.pack("<I", len(value)) + value for value in array)
+    else:
+        raw = array.astype(_wire_dtype(spec)).tobytes()
+    tensor = service_pb2.ModelInferResponse.InferOutputTensor(
+        name=spec.name, datatype=spec.datatype, shape=list(array.shape)
     )
-
-
-def _int32_output(name: str, values: Sequence[int], scalar: bool) -> tuple[Any, bytes]:
-    shape = [1] if scalar else [len(values)]
-    tensor = service_pb2.ModelInferResponse.InferOutputTensor(name=name, datatype="INT32", shape=shape)
-    return tensor, np.asarray(values, dtype="<i4").tobytes()
+    return tensor, raw
 
 
 def infer_response(
     model_name: str,
     request_id: str,
-    outputs: Iterable[str],
+    outputs: Collection[str],
     *,
     text: str,
     token_ids: Sequence[int],
@@ -226,20 +223,21 @@ def infer_response(
 ) -> service_pb2.ModelInferResponse:
     """One `llm` response: `text`/`token_ids` since the previous one, the totals so far, and
     with `final` set (a stream's responses) the `triton_final_response` parameter."""
-    values: Mapping[str, tuple[Any, bytes]] = {
-        TEXT_OUTPUT: _bytes_output(TEXT_OUTPUT, text),
-        OUTPUT_TOKEN_IDS: _int32_output(OUTPUT_TOKEN_IDS, token_ids, scalar=False),
-        FINISH_REASON: _bytes_output(FINISH_REASON, finish_reason),
-        PROMPT_TOKENS: _int32_output(PROMPT_TOKENS, [usage.prompt_tokens], scalar=True),
-        CACHED_TOKENS: _int32_output(CACHED_TOKENS, [usage.cached_tokens], scalar=True),
-        COMPLETION_TOKENS: _int32_output(COMPLETION_TOKENS, [completion_tokens], scalar=True),
-        DISCARDED_TOKENS: _int32_output(DISCARDED_TOKENS, [usage.discarded_tokens], scalar=True),
+    values: Mapping[str, Sequence[str | int]] = {
+        TEXT_OUTPUT.name: [text],
+        OUTPUT_TOKEN_IDS.name: token_ids,
+        FINISH_REASON.name: [finish_reason],
+        PROMPT_TOKENS.name: [usage.prompt_tokens],
+        CACHED_TOKENS.name: [usage.cached_tokens],
+        COMPLETION_TOKENS.name: [completion_tokens],
+        DISCARDED_TOKENS.name: [usage.discarded_tokens],
     }
     response = service_pb2.ModelInferResponse(model_name=model_name, model_version=MODEL_VERSION, id=request_id)
-    for name in outputs:
-        tensor, raw = values[name]
-        response.outputs.append(tensor)
-        response.raw_output_contents.append(raw)
+    for spec in LLM_OUTPUTS:
+        if spec.name in outputs:
+            tensor, raw = _output(spec, values[spec.name])
+            response.outputs.append(tensor)
+            response.raw_output_contents.append(raw)
     if final is not None:
         response.parameters[FINAL_PARAMETER].bool_param = final
     return response

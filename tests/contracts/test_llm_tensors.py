@@ -3,16 +3,18 @@ the BLS model answers is what the gateway reads, and config.pbtxt declares the s
 
 Each side is tested alone elsewhere (tests/router/test_triton_backend.py, tests/bls/); here
 the gateway's real tensors go through the BLS model's real parser, so renaming or retyping a
-tensor on one side only fails.
+tensor on one side only fails. The gRPC door's view of the same table is held to it in
+tests/gateway/test_grpc_door_tensors.py.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncGenerator, Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
+import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import InferInput, model_config_pb2
 from tritonclient.utils import deserialize_bytes_tensor, triton_to_np_dtype
@@ -24,7 +26,17 @@ from bls.preprocessing import Preprocessed
 from bls.tensors import Array, DictTensorSource, Outputs
 from bls.tokenizer import StopTokenSequences
 from contracts.generation import GenerationDelta, GenerationRequest, Usage
-from contracts.llm_tensors import LLM_INPUTS, LLM_OUTPUT_NAMES
+from contracts.llm_tensors import (
+    LLM_INPUTS,
+    LLM_OUTPUT_NAMES,
+    LLM_OUTPUTS,
+    PROMPT_TOKENS,
+    SEED,
+    STREAM,
+    TOP_K,
+    LlmTensor,
+)
+from contracts.schemas import GenerateBody
 from engine.request import EngineRequest, FinishReason, RequestClass, RequestOutput, SamplingParams
 from router.triton_backend import build_inputs, parse_response
 
@@ -90,22 +102,54 @@ def test_the_gateway_sends_every_input_with_the_tables_types() -> None:
         assert (tensor.shape() == [1]) != spec.is_list, spec.name
 
 
-def declared(config: Any) -> list[tuple[str, str, list[int], bool]]:
-    """(name, wire datatype, dims, required) of each input Triton's config declares."""
-    wire = {"STRING": "BYTES"}  # config.pbtxt's TYPE_STRING is BYTES on the wire
-    rows = []
-    for tensor in config.input:
-        datatype = model_config_pb2.DataType.Name(tensor.data_type).removeprefix("TYPE_")
-        rows.append((tensor.name, wire.get(datatype, datatype), list(tensor.dims), not tensor.optional))
-    return rows
+def wire_datatype(data_type: int) -> str:
+    datatype = model_config_pb2.DataType.Name(data_type).removeprefix("TYPE_")
+    return "BYTES" if datatype == "STRING" else datatype  # config.pbtxt's TYPE_STRING is BYTES on the wire
 
 
 def test_config_pbtxt_declares_the_tables_tensors() -> None:
     config = text_format.Parse(LLM_CONFIG.read_text(), model_config_pb2.ModelConfig())
-    assert declared(config) == [
+    assert [(t.name, wire_datatype(t.data_type), list(t.dims), not t.optional) for t in config.input] == [
         (spec.name, spec.datatype, [-1] if spec.is_list else [1], spec.required) for spec in LLM_INPUTS
     ]
-    assert tuple(tensor.name for tensor in config.output) == LLM_OUTPUT_NAMES
+    assert [(t.name, wire_datatype(t.data_type), list(t.dims)) for t in config.output] == [
+        (spec.name, spec.datatype, [-1] if spec.is_list else [1]) for spec in LLM_OUTPUTS
+    ]
+    assert tuple(spec.name for spec in LLM_OUTPUTS) == LLM_OUTPUT_NAMES
+
+
+def test_each_input_names_the_request_field_it_carries() -> None:
+    """`field` is the attribute of the gateway's GenerationRequest (what build_inputs sends) and
+    of GenerateBody (what the gRPC door fills); `stream` is the door's alone, since the gateway
+    always streams from its servers, and the gateway-only inputs are never a client's."""
+    request_fields = {f.name for f in dataclasses.fields(GenerationRequest)}
+    for spec in LLM_INPUTS:
+        assert (spec.request_field in request_fields) == (spec is not STREAM), spec.name
+        assert (spec.request_field in GenerateBody.model_fields) == (not spec.gateway_only), spec.name
+    assert [spec.name for spec in LLM_INPUTS if spec.gateway_only] == ["resume_token_ids", "cache_namespace"]
+
+
+@pytest.mark.parametrize("spec", [*LLM_INPUTS, *LLM_OUTPUTS], ids=lambda spec: spec.name)
+def test_each_tensors_array_has_its_dtype_and_shape(spec: LlmTensor) -> None:
+    sample: dict[str, str | int | float | bool] = {"BYTES": "é", "INT32": 7, "INT64": 2**40, "FP32": 0.5, "BOOL": True}
+    values = [sample[spec.datatype]] * (3 if spec.is_list else 1)
+    array = spec.array(values)
+    assert array.dtype == np.dtype(spec.dtype) and array.shape == (len(values),)
+    if spec.is_list:
+        assert spec.array([]).shape == (0,)
+    else:
+        with pytest.raises(ValueError, match=rf"llm (input|output) '{spec.name}' is a scalar"):
+            spec.array(values * 2)
+
+
+def test_a_value_its_dtype_cannot_hold_is_refused_naming_the_tensor() -> None:
+    with pytest.raises(ValueError, match=r"llm input 'top_k' \(INT32\) cannot hold 2147483648"):
+        TOP_K.array([2**31])
+    with pytest.raises(ValueError, match=r"llm output 'prompt_tokens' \(INT32\) cannot hold -2147483649"):
+        PROMPT_TOKENS.array([-(2**31) - 1])
+    assert SEED.array([2**63 - 1]).tolist() == [2**63 - 1]
+    with pytest.raises(ValueError, match="llm input 'seed'"):
+        SEED.array([2**63])
 
 
 class OneResponseStages:
@@ -157,6 +201,8 @@ async def test_what_the_bls_model_answers_the_gateway_reads() -> None:
     [(outputs, final, error)] = sink.sent
     assert final and error is None and outputs is not None
     assert tuple(outputs) == LLM_OUTPUT_NAMES
+    for spec in LLM_OUTPUTS:
+        assert outputs[spec.name].dtype == np.dtype(spec.dtype) and outputs[spec.name].ndim == 1, spec.name
     assert parse_response(Result(outputs)) == GenerationDelta(
         text="héllo", token_ids=(5, 6, 7), finish_reason="length", usage=Usage(4, 2, 3)
     )

@@ -1,5 +1,6 @@
 """The door's translation, without a server: tensors (raw or typed contents) to the body HTTP
-validates, responses in `llm`'s shape, and failures to gRPC status codes."""
+validates, responses in `llm`'s shape, and failures to gRPC status codes; and the door's view of
+`llm`'s tensors agreeing with the HTTP path's and the BLS model's (one table)."""
 
 from __future__ import annotations
 
@@ -9,13 +10,18 @@ from typing import Any
 import grpc
 import numpy as np
 import pytest
-from tritonclient.grpc import InferResult, service_pb2
+from tritonclient.grpc import InferInput, InferResult, service_pb2
+from tritonclient.utils import deserialize_bytes_tensor, triton_to_np_dtype
 
+from bls.llm_request import LlmRequest, parse_llm_request
+from bls.tensors import DictTensorSource
 from contracts.errors import ApiError, invalid_request
-from contracts.generation import BackendError, BackendUnavailable, Usage
-from contracts.llm_tensors import LLM_OUTPUT_NAMES
+from contracts.generation import BackendError, BackendUnavailable, GenerationRequest, Usage
+from contracts.llm_tensors import LLM_INPUTS, LLM_OUTPUT_NAMES, LLM_OUTPUTS, STREAM
+from engine.request import RequestClass, SamplingParams
 from gateway.grpc_door.status import door_status
-from gateway.grpc_door.tensors import infer_response, parse_request, split_bytes
+from gateway.grpc_door.tensors import DOOR_INPUTS, infer_response, parse_request, split_bytes
+from router.triton_backend import build_inputs
 
 Tensor: Any = service_pb2.ModelInferRequest.InferInputTensor
 
@@ -145,3 +151,80 @@ def test_failures_map_to_one_status_each(exc: BaseException, code: grpc.StatusCo
 def test_a_prompt_param_is_named_as_its_tensor() -> None:
     status = door_status(invalid_request("the prompt leaves no room", "prompt"))
     assert "input 'text_input'" in status.message
+
+
+# A value for every input a client may send at the door (a new public input needs one here).
+EVERY_PUBLIC_INPUT: dict[str, list[Any]] = {
+    "text_input": ["héllo 🚀"],
+    "max_tokens": [9],
+    "stop": ["\n", "END"],
+    "stream": [False],
+    "request_class": ["bulk"],
+    "temperature": [0.5],
+    "top_p": [0.75],
+    "top_k": [40],
+    "seed": [2**40],
+    "ignore_eos": [True],
+}
+
+
+def as_served(tensor: InferInput) -> Any:
+    """The array the `llm` model gets for `tensor`: its wire bytes decoded as Triton does."""
+    content = tensor._get_content()
+    if tensor.datatype() == "BYTES":
+        return deserialize_bytes_tensor(content).reshape(tensor.shape())
+    return np.frombuffer(content, dtype=triton_to_np_dtype(tensor.datatype())).reshape(tensor.shape())
+
+
+def test_the_door_takes_exactly_the_tables_public_inputs() -> None:
+    assert list(DOOR_INPUTS.values()) == [spec for spec in LLM_INPUTS if not spec.gateway_only]
+    assert {spec.name for spec in LLM_INPUTS if spec.gateway_only} == {"resume_token_ids", "cache_namespace"}
+    assert set(EVERY_PUBLIC_INPUT) == set(DOOR_INPUTS)
+
+
+def test_every_public_input_reaches_the_bls_model_as_it_does_from_http() -> None:
+    """The door's mapping, the HTTP path's (build_inputs) and the BLS model's (parse_llm_request)
+    are one table: each input a client sends at the door fills the body field the table names,
+    the HTTP path sends that field under the same tensor, and `llm` reads it back unchanged."""
+    message = service_pb2.ModelInferRequest(model_name="small")
+    for name, values in EVERY_PUBLIC_INPUT.items():
+        spec = DOOR_INPUTS[name]
+        sent = InferInput(name, [len(values)], spec.datatype)  # tritonclient's own encoding
+        sent.set_data_from_numpy(spec.array(values))
+        message.inputs.append(Tensor(name=name, datatype=spec.datatype, shape=[len(values)]))
+        message.raw_input_contents.append(sent._get_content())
+    parsed = parse_request(message)
+    fields = {
+        spec.request_field: getattr(parsed.body, spec.request_field)
+        for spec in DOOR_INPUTS.values()
+        if spec is not STREAM
+    }
+    for spec in DOOR_INPUTS.values():
+        value = parsed.stream if spec is STREAM else fields[spec.request_field]
+        assert (list(value) if spec.is_list else [value]) == EVERY_PUBLIC_INPUT[spec.name], spec.name
+    request = GenerationRequest(request_id="r-1", model_id="small", **(fields | {"stop": tuple(fields["stop"])}))
+    served = {tensor.name(): as_served(tensor) for tensor in build_inputs(request)}
+    assert parse_llm_request(DictTensorSource(served)) == LlmRequest(
+        prompt="héllo 🚀",
+        sampling=SamplingParams(max_tokens=9, temperature=0.5, top_p=0.75, top_k=40, seed=2**40, ignore_eos=True),
+        stops=("\n", "END"),
+        stream=True,  # the gateway always streams from its servers; the door's `stream` is its own reply
+        request_class=RequestClass.BULK,
+    )
+
+
+def test_responses_carry_the_tables_outputs_with_their_datatypes_and_shapes() -> None:
+    usage = Usage(prompt_tokens=5, cached_tokens=2, completion_tokens=3, discarded_tokens=1)
+    response = infer_response(
+        "small", "r-1", LLM_OUTPUT_NAMES, text="a", token_ids=[1, 2, 3], finish_reason="", usage=usage,
+        completion_tokens=3, final=None,
+    )  # fmt: skip
+    assert [(t.name, t.datatype, list(t.shape)) for t in response.outputs] == [
+        (spec.name, spec.datatype, [3] if spec.is_list else [1]) for spec in LLM_OUTPUTS
+    ]
+    assert "triton_final_response" not in response.parameters
+    only = infer_response(
+        "small", "r-1", ("finish_reason", "text_output"), text="a", token_ids=[], finish_reason="stop", usage=usage,
+        completion_tokens=0, final=True,
+    )  # fmt: skip
+    assert [t.name for t in only.outputs] == ["text_output", "finish_reason"]  # in `llm`'s order
