@@ -167,15 +167,16 @@ class LineValidator:
         if url == CHAT_ENDPOINT:
             cost = self._chat_cost(_checked(ChatCompletionRequest, body, "body: "))
         else:
-            cost = self._completion_cost(_checked(CompletionRequest, body, "body: "), body)
+            cost = self._completion_cost(_checked(CompletionRequest, body, "body: "))
         return {k: v for k, v in body.items() if k != "stream"}, cost
 
-    def _completion_cost(self, request: CompletionRequest, body: dict[str, Any]) -> int:
+    def _completion_cost(self, request: CompletionRequest) -> int:
         self._check_model(request.model)
-        if "max_tokens" not in body:  # the schema defaults it to 16; a batch must say
+        max_tokens = request.completion_limit
+        if max_tokens is None:  # the route would take its default; a batch must say
             raise _Rejected("invalid_request", f"body: {_MAX_TOKENS_REQUIRED}")
         bound = len(request.prompt.encode()) + SPECIAL_TOKENS_BOUND
-        return self._cost(bound, request.max_tokens, lambda: request.prompt)
+        return self._cost(bound, max_tokens, lambda: request.prompt)
 
     def _chat_cost(self, request: ChatCompletionRequest) -> int:
         self._check_model(request.model)

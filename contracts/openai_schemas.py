@@ -5,6 +5,8 @@ refuses them), but shaped for the official SDK and the tools built on it:
 
 - honoured: model, prompt / messages, max_tokens (chat: or max_completion_tokens), stop,
   stream, stream_options.include_usage, temperature, top_p, seed, n=1, user (ignored);
+- max_tokens absent or null: the route's default (below), lowered to what the model's context
+  and the team's hard limits leave after the prompt;
 - extensions, named as vLLM names them: top_k, ignore_eos;
 - OpenAI fields this gateway cannot honour: accepted at the neutral value clients send by
   default (null, false, 0, empty); any other value is a 400 naming the field.
@@ -16,7 +18,7 @@ Responses are OpenAI's objects: `text_completion`, `chat.completion` and, stream
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
@@ -84,6 +86,24 @@ StopList = Annotated[
 ]
 MaxTokens = Annotated[int, Field(ge=1, le=INT32_MAX)]
 
+# A reply without max_tokens may run this long, lowered to what the model's context and the
+# team's hard limits leave after the prompt (gateway/openai_serving.py, `reply_max_tokens`).
+# OpenAI's rule for each route: completions stop at 16 tokens; chat runs to the end of the
+# context, here at most 2,048 tokens (the brief's longest replies), since admission leases
+# prompt + max_tokens of KV for the whole reply, and a whole context per chat would hold a
+# team's share (and crowd out everyone's requests) for replies that are mostly far shorter.
+COMPLETIONS_DEFAULT_MAX_TOKENS = 16
+CHAT_DEFAULT_MAX_TOKENS = 2048
+
+
+def _max_tokens_field(default: int, what: str = "The reply's limit in tokens") -> Any:
+    """The field's default (None) and the rule the route applies to it, for the OpenAPI document."""
+    return Field(
+        None,
+        description=f"{what}. Absent or null: {default:,}, lowered to what the model's context and the team's "
+        "limits (max_inflight_tokens, tokens_per_day) leave after the prompt.",
+    )
+
 
 class StreamOptions(UnicodeChecked):
     model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
@@ -131,12 +151,19 @@ class _OpenAIRequest(UnicodeChecked):
 class CompletionRequest(_OpenAIRequest):
     """POST /v1/completions."""
 
+    default_max_tokens: ClassVar[int] = COMPLETIONS_DEFAULT_MAX_TOKENS  # OpenAI's
+
     prompt: Annotated[str, BeforeValidator(_one_prompt, json_schema_input_type=str | list[str]), Field(min_length=1)]
-    max_tokens: MaxTokens = 16  # OpenAI's default for completions
+    max_tokens: MaxTokens | None = _max_tokens_field(COMPLETIONS_DEFAULT_MAX_TOKENS)
     logprobs: Annotated[Any, _neutral()] = None
     echo: Annotated[Any, _neutral(False)] = None
     best_of: Annotated[Any, _neutral(1)] = None
     suffix: Annotated[Any, _neutral("")] = None
+
+    @property
+    def completion_limit(self) -> int | None:
+        """max_tokens as the caller sent it; None: `default_max_tokens` applies."""
+        return self.max_tokens
 
 
 class ChatMessageIn(UnicodeChecked):
@@ -153,11 +180,16 @@ class ChatMessageIn(UnicodeChecked):
 
 
 class ChatCompletionRequest(_OpenAIRequest):
-    """POST /v1/chat/completions. Without max_tokens the reply may fill the rest of the context."""
+    """POST /v1/chat/completions. Without max_tokens the reply may fill the rest of the context
+    (up to CHAT_DEFAULT_MAX_TOKENS)."""
+
+    default_max_tokens: ClassVar[int] = CHAT_DEFAULT_MAX_TOKENS
 
     messages: Annotated[list[ChatMessageIn], Field(min_length=1)]
-    max_tokens: MaxTokens | None = None
-    max_completion_tokens: MaxTokens | None = None
+    max_tokens: MaxTokens | None = _max_tokens_field(CHAT_DEFAULT_MAX_TOKENS)
+    max_completion_tokens: MaxTokens | None = _max_tokens_field(
+        CHAT_DEFAULT_MAX_TOKENS, "OpenAI's newer name for max_tokens (both given must agree)"
+    )
     logprobs: Annotated[Any, _neutral(False)] = None
     top_logprobs: Annotated[Any, _neutral(0)] = None
     tools: Annotated[Any, _neutral([])] = None
@@ -180,6 +212,7 @@ class ChatCompletionRequest(_OpenAIRequest):
 
     @property
     def completion_limit(self) -> int | None:
+        """max_tokens (or max_completion_tokens) as the caller sent it; None: `default_max_tokens` applies."""
         return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
 
 

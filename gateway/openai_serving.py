@@ -13,6 +13,11 @@ started, how a request's end reads in OpenAI's words, and the streamed event loo
 
 A failure after the first byte ends the stream with `event: error` and the usual error body;
 the SDK raises it as an `openai.APIError`.
+
+A request without max_tokens gets its route's default (`default_max_tokens`: completions 16,
+chat 2,048), lowered to what the model's context and the team's hard limits leave after the
+prompt (`reply_max_tokens`), so leaving it out never turns a request that could run into a 400
+or a 413.
 """
 
 from __future__ import annotations
@@ -26,9 +31,12 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
+from config.settings import TeamSpec
+from contracts.catalog import ServedModel
 from contracts.errors import error_payload, invalid_request
 from contracts.generation import BackendError, RequestClass, Usage
 from contracts.openai_schemas import ChatCompletionRequest, CompletionRequest, FinishReason
+from contracts.prompt_context import count_prompt_tokens
 from contracts.schemas import RequestId
 from gateway.error_handlers import error_response
 from gateway.generation import GenerationInput
@@ -212,6 +220,24 @@ async def reply(
     if stream:
         return sse_response(stream_chunks(entry, registry, writer, include_usage, heartbeat_s), entry.public_id)
     return JSONResponse(whole(finish_reason(entry)).model_dump(), headers={REQUEST_ID_HEADER: entry.public_id})
+
+
+async def reply_max_tokens(
+    body: CompletionRequest | ChatCompletionRequest, model: ServedModel, prompt: str, team: TeamSpec | None
+) -> int:
+    """The reply's max_tokens: the caller's, or else the route's default lowered to the room
+    `prompt` leaves in the model's context and under the team's hard limits (admission leases
+    prompt + max_tokens, and refuses a lease over either limit with a 413).
+
+    At least 1: a prompt that leaves no room is the service's 400 (or admission's 413) about
+    the prompt. The prompt is counted only without max_tokens (the service counts it again)."""
+    if body.completion_limit is not None:
+        return body.completion_limit
+    prompt_tokens = await count_prompt_tokens(model, prompt)
+    limits = [model.max_context_tokens]
+    if team is not None:
+        limits += [limit for limit in (team.max_inflight_tokens, team.tokens_per_day) if limit is not None]
+    return max(1, min(body.default_max_tokens, *(limit - prompt_tokens for limit in limits)))
 
 
 def started_generation(

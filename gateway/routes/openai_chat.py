@@ -23,7 +23,6 @@ from contracts.openai_schemas import (
     CompletionUsage,
     FinishReason,
 )
-from contracts.prompt_context import count_prompt_tokens
 from contracts.schemas import error_responses
 from gateway.auth import PrincipalDep
 from gateway.deps import GenerationDep, RegistryDep, SettingsDep, get_services
@@ -33,12 +32,10 @@ from gateway.openai_serving import (
     RequestClassHeader,
     RequestIdHeader,
     reply,
+    reply_max_tokens,
     sse_data,
     started_generation,
 )
-
-# Without max_tokens a chat reply may run this long (the brief: replies of up to ~2,000).
-DEFAULT_CHAT_MAX_TOKENS = 2048
 
 router = APIRouter(prefix="/v1/chat/completions", tags=["openai"], route_class=OpenAIRoute)
 
@@ -98,7 +95,8 @@ async def create_chat_completion(
     request_id: RequestIdHeader,
     principal: PrincipalDep,
 ) -> Response:
-    """Reply to `messages`. Without max_tokens the reply may use the rest of the context."""
+    """Reply to `messages`. Without max_tokens the reply may use the rest of the context, up to
+    2,048 tokens (gateway/openai_serving.py: `reply_max_tokens`)."""
     created = int(time.time())
     if body.stream:
         claim_stream(request)  # the key's streams at their cap: 429 before anything starts
@@ -107,13 +105,7 @@ async def create_chat_completion(
     prompt = templates.render(model, messages)
     if not prompt:
         raise invalid_request(f"model {body.model!r}'s chat template rendered these messages as nothing", "messages")
-    max_tokens = body.completion_limit
-    if max_tokens is None:
-        # The rest of the context, up to the brief's longest replies: admission leases prompt +
-        # max_tokens of KV, and a whole context per chat would crowd out every other request.
-        # (Counted again by the service; a context check below 1 token is its to report.)
-        rest = model.max_context_tokens - await count_prompt_tokens(model, prompt)
-        max_tokens = max(1, min(DEFAULT_CHAT_MAX_TOKENS, rest))
+    max_tokens = await reply_max_tokens(body, model, prompt, principal.team)
     entry = await generation.start(
         principal, *started_generation(body, "chat", prompt, max_tokens, request_class, request_id)
     )

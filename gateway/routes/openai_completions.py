@@ -18,6 +18,7 @@ from gateway.openai_serving import (
     RequestClassHeader,
     RequestIdHeader,
     reply,
+    reply_max_tokens,
     sse_data,
     started_generation,
 )
@@ -62,13 +63,15 @@ async def create_completion(
     request_id: RequestIdHeader,
     principal: PrincipalDep,
 ) -> Response:
-    """Complete `prompt`. The class comes from `X-Switchyard-Class`, the id from `X-Request-Id`."""
+    """Complete `prompt`. The class comes from `X-Switchyard-Class`, the id from `X-Request-Id`;
+    without max_tokens the reply stops after at most 16 tokens, as OpenAI's (gateway/openai_serving.py:
+    `reply_max_tokens`)."""
     created = int(time.time())
     if body.stream:
         claim_stream(request)  # the key's streams at their cap: 429 before anything starts
+    max_tokens = await reply_max_tokens(body, generation.model(body.model), body.prompt, principal.team)
     entry = await generation.start(
-        principal,
-        *started_generation(body, "completions", body.prompt, body.max_tokens, request_class, request_id),
+        principal, *started_generation(body, "completions", body.prompt, max_tokens, request_class, request_id)
     )
     chunks = CompletionChunks(f"cmpl-{entry.public_id}", created, body.model)
 

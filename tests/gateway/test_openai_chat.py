@@ -13,7 +13,7 @@ import pytest
 from fastapi import FastAPI
 
 from build_engines.tokenizer import LLAMA_CHAT_TEMPLATE
-from gateway.routes.openai_chat import DEFAULT_CHAT_MAX_TOKENS
+from contracts.openai_schemas import CHAT_DEFAULT_MAX_TOKENS
 
 Sse = Callable[[str], list[tuple[str | None, Any]]]
 
@@ -89,7 +89,7 @@ async def test_max_tokens_defaults_to_the_rest_of_the_context_up_to_a_long_reply
         assert response.status_code == 200, response.text
     small_context = app.state.services.catalog.get("small").max_context_tokens
     assert backend.requests[0].max_tokens == small_context - count_tokens(RENDERED)  # 64: the rest
-    assert backend.requests[1].max_tokens == DEFAULT_CHAT_MAX_TOKENS  # 36,864: capped
+    assert backend.requests[1].max_tokens == CHAT_DEFAULT_MAX_TOKENS  # 36,864: capped
 
 
 async def test_max_completion_tokens_is_max_tokens(client: httpx.AsyncClient, backend: Any) -> None:
