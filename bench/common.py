@@ -7,20 +7,18 @@ import json
 from pathlib import Path
 from typing import Any
 
+from bench.table import text_table
+
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
 
 def format_table(rows: list[dict[str, Any]]) -> str:
-    """Rows as an aligned text table; columns in first-seen order, floats to 3 significant digits."""
+    """Result rows as a `bench.table` text table: columns in first-seen order, every cell
+    right-aligned, floats to 3 significant digits, None blank."""
     columns: list[str] = []
     for row in rows:
         columns.extend(key for key in row if key not in columns)
-    cells = [[_cell(row.get(column)) for column in columns] for row in rows]
-    widths = [max([len(column), *(len(line[i]) for line in cells)]) for i, column in enumerate(columns)]
-    lines = ["  ".join(column.ljust(width) for column, width in zip(columns, widths, strict=True))]
-    lines.append("  ".join("-" * width for width in widths))
-    lines.extend("  ".join(cell.rjust(width) for cell, width in zip(line, widths, strict=True)) for line in cells)
-    return "\n".join(lines)
+    return text_table(columns, [[_cell(row.get(column)) for column in columns] for row in rows], align="right")
 
 
 def write_result(name: str, rows: list[dict[str, Any]], meta: dict[str, Any]) -> Path:

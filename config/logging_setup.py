@@ -108,5 +108,7 @@ def logging_config(level: str | int = "INFO", log_prompts: bool | None = None) -
 
 
 def configure_logging(level: str | int = "INFO", log_prompts: bool | None = None) -> None:
-    """Log JSON lines from this process (prompts only with `SWITCHYARD_LOG_PROMPTS=1`)."""
+    """Log JSON lines from this process (prompts only with `SWITCHYARD_LOG_PROMPTS=1`): what
+    the entry points of the dispatcher and the autoscaler call first. The gateway hands
+    `logging_config()` to uvicorn instead, which applies it in every worker process."""
     logging.config.dictConfig(logging_config(level, log_prompts))

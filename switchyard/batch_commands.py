@@ -4,7 +4,8 @@
     switchyard batches submit FILE --model M --deadline 6h    upload, then follow progress
     switchyard batches show ID | cancel ID | results ID [--errors]
 
-The key: `--key`, else `SWITCHYARD_API_KEY`, else var/dev-api-key (what `make up` writes).
+The key: `--key`, else `SWITCHYARD_API_KEY`, else the first team's key file that `make up` writes
+(var/keys/<team>-api-key).
 """
 
 from __future__ import annotations
@@ -20,16 +21,19 @@ import httpx
 
 from bulk.progress import eta_text, progress_bar
 from config.settings import SwitchyardConfig
-from quota.key_files import dev_key_path, read_key_file
+from quota.key_files import default_key_path, read_key_file
 
 API_KEY_ENV = "SWITCHYARD_API_KEY"
 _ENDED = {"completed", "expired", "cancelled", "failed"}
 
 
 def _client(config: SwitchyardConfig, args: argparse.Namespace) -> httpx.Client:
-    key = getattr(args, "key", None) or os.environ.get(API_KEY_ENV) or read_key_file(dev_key_path(config.var_path))
+    path = default_key_path(config.var_path, config.teams)
+    key = getattr(args, "key", None) or os.environ.get(API_KEY_ENV) or (read_key_file(path) if path else None)
     if not key:
-        raise SystemExit(f"no API key: pass --key, set {API_KEY_ENV}, or run `make up` (writes var/dev-api-key)")
+        raise SystemExit(
+            f"no API key: pass --key, set {API_KEY_ENV}, or run `make up` (writes {path or 'a key per team'})"
+        )
     url = getattr(args, "url", None) or f"http://{config.gateway.host}:{config.gateway.port}"
     return httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=httpx.Timeout(30.0))
 
@@ -119,15 +123,15 @@ def batches_results(config: SwitchyardConfig, args: argparse.Namespace) -> int:
     return 0
 
 
-def add_batch_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser], command: Any) -> None:
-    """`command(name)` wraps a function of this module as a subcommand (imported when run)."""
+def add_batch_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`batches` and its subcommands, each run by the `batches_*` function of this module."""
     # --key and --url work before or after the subcommand (SUPPRESS: an absent one overwrites nothing).
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--key", default=argparse.SUPPRESS, help=f"a team's API key (default: ${API_KEY_ENV})")
     common.add_argument("--url", default=argparse.SUPPRESS, help="gateway URL (default from config)")
     batches = sub.add_parser("batches", parents=[common], help="list, submit, follow and cancel batches")
     batches.add_argument("--limit", type=int, default=20)
-    batches.set_defaults(func=command("batches_list"))
+    batches.set_defaults(func=batches_list)
     batches_sub = batches.add_subparsers(dest="batches_command")
     submit = batches_sub.add_parser("submit", parents=[common], help="upload a JSONL file and follow its progress")
     submit.add_argument("file")
@@ -135,12 +139,14 @@ def add_batch_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser], 
     submit.add_argument("--deadline", default=None, help="a duration (6h, 90m) or an RFC 3339 time; default 24h")
     submit.add_argument("--no-follow", action="store_true", help="print the batch id and return")
     submit.add_argument("--interval", type=float, default=2.0, help="seconds between progress updates")
-    submit.set_defaults(func=command("batches_submit"))
-    for name, helptext in (("show", "one batch's progress"), ("cancel", "cancel a batch")):
-        parser = batches_sub.add_parser(name, parents=[common], help=helptext)
-        parser.add_argument("batch_id")
-        parser.set_defaults(func=command(f"batches_{name}"))
+    submit.set_defaults(func=batches_submit)
+    show = batches_sub.add_parser("show", parents=[common], help="one batch's progress")
+    show.add_argument("batch_id")
+    show.set_defaults(func=batches_show)
+    cancel = batches_sub.add_parser("cancel", parents=[common], help="cancel a batch")
+    cancel.add_argument("batch_id")
+    cancel.set_defaults(func=batches_cancel)
     results = batches_sub.add_parser("results", parents=[common], help="print a batch's results (JSONL)")
     results.add_argument("batch_id")
     results.add_argument("--errors", action="store_true", help="the errors file instead")
-    results.set_defaults(func=command("batches_results"))
+    results.set_defaults(func=batches_results)

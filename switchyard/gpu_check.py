@@ -158,7 +158,7 @@ def check_prerequisites(
 
 
 def add_gpu_check_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
-    """`gpu-check` and its options; the caller sets the function it runs."""
+    """`gpu-check` and its options, run by `gpu_check`."""
     check = sub.add_parser(
         "gpu-check", help="on a GPU machine: check TensorRT-LLM, build small, run benchmarks S1, S3 and S4 on it"
     )
@@ -169,6 +169,7 @@ def add_gpu_check_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser
         help="TensorRT-LLM engine: llmapi (LLM API, PyTorch backend) or legacy (TensorRT engines); default llmapi",
     )
     check.add_argument("--skip-build", action="store_true", help=f"use the {MODEL_ID!r} model already built")
+    check.set_defaults(func=gpu_check)
     return check
 
 

@@ -17,24 +17,25 @@ from config.settings import SwitchyardConfig
 
 
 def add_plan_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
-    """`plan MODEL` and its overrides; the caller sets the function it runs."""
-    plan = sub.add_parser("plan", help="print the KV cache and batch sizing of one copy of MODEL on a GPU")
-    plan.add_argument("model_id", metavar="MODEL")
-    plan.add_argument("--gpu-memory-gb", type=float, default=None, help="GPU memory (default: gpu.memory_gb)")
-    plan.add_argument("--weights-gb", type=float, default=None, help="one copy's weights (default: the model's)")
-    plan.add_argument("--gpus-per-copy", type=int, default=None, help="GPUs per copy (default: the model's)")
-    plan.add_argument(
+    """`plan MODEL` and its overrides, run by `plan`."""
+    parser = sub.add_parser("plan", help="print the KV cache and batch sizing of one copy of MODEL on a GPU")
+    parser.add_argument("model_id", metavar="MODEL")
+    parser.add_argument("--gpu-memory-gb", type=float, default=None, help="GPU memory (default: gpu.memory_gb)")
+    parser.add_argument("--weights-gb", type=float, default=None, help="one copy's weights (default: the model's)")
+    parser.add_argument("--gpus-per-copy", type=int, default=None, help="GPUs per copy (default: the model's)")
+    parser.add_argument(
         "--kv-bytes-per-token", type=int, default=None, help="KV bytes per token (default: from the architecture)"
     )
-    plan.add_argument("--avg-prompt-tokens", type=int, default=None, help="average prompt (default: 2,000)")
-    plan.add_argument("--avg-reply-tokens", type=int, default=None, help="average reply (default: 300)")
-    plan.add_argument(
+    parser.add_argument("--avg-prompt-tokens", type=int, default=None, help="average prompt (default: 2,000)")
+    parser.add_argument("--avg-reply-tokens", type=int, default=None, help="average reply (default: 300)")
+    parser.add_argument(
         "--reserve-gb", type=float, default=None, help="runtime reserve (default: gpu.runtime_reserve_gb)"
     )
-    plan.add_argument(
+    parser.add_argument(
         "--kv-fraction", type=float, default=None, help="share of free memory for KV (default: gpu.kv_memory_fraction)"
     )
-    return plan
+    parser.set_defaults(func=plan)
+    return parser
 
 
 def plan_inputs(config: SwitchyardConfig, args: argparse.Namespace) -> PlanInputs:

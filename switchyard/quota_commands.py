@@ -18,6 +18,7 @@ from datetime import UTC, datetime, timedelta
 import redis
 import redis.asyncio
 
+from bench.table import text_table
 from config.redis_client import redis_client, sync_redis_client
 from config.settings import SwitchyardConfig
 from quota.keys import SyncKeyStore, UnknownTeam
@@ -26,6 +27,26 @@ from quota.usage import UsageMeter, UsageRow, as_utc, sum_rows
 HASH_PREFIX_CHARS = 12
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+
+
+def add_quota_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`keys create|list|revoke` and `usage`, each run by the function of this module it names."""
+    keys = sub.add_parser("keys", help="create, list and revoke API keys (stored hashed in Redis)")
+    keys_sub = keys.add_subparsers(dest="keys_command", required=True)
+    create = keys_sub.add_parser("create", help="make a key for TEAM and print it once")
+    create.add_argument("team")
+    create.set_defaults(func=keys_create)
+    listing = keys_sub.add_parser("list", help="team and hash prefix of every key")
+    listing.set_defaults(func=keys_list)
+    revoke = keys_sub.add_parser("revoke", help="forget the key whose hash starts with PREFIX")
+    revoke.add_argument("prefix")
+    revoke.set_defaults(func=keys_revoke)
+
+    parser = sub.add_parser("usage", help="print usage per team, model and class")
+    parser.add_argument("--team", default=None, help="one team (default: all)")
+    parser.add_argument("--since", default="24h", help="a duration (24h, 7d) or an ISO time (default 24h)")
+    parser.add_argument("--hourly", action="store_true", help="one row per hour")
+    parser.set_defaults(func=usage)
 
 
 def _unreachable(config: SwitchyardConfig, exc: Exception) -> int:
@@ -54,7 +75,7 @@ def keys_list(config: SwitchyardConfig, args: argparse.Namespace) -> int:
     except redis.RedisError as exc:
         return _unreachable(config, exc)
     rows = [(e.team_id, e.key_hash[:HASH_PREFIX_CHARS], e.source) for e in entries]
-    print(format_table(("team", "key hash", "source"), rows))
+    print(text_table(("team", "key hash", "source"), rows))
     return 0
 
 
@@ -123,19 +144,4 @@ def usage_table(rows: Sequence[UsageRow], hourly: bool = False) -> str:
         label = ("total", *([""] * (3 if hourly else 2)))
         sums = [str(int(totals[m])) for m in ("requests", "prompt_tokens", "cached_tokens", "completion_tokens")]
         lines.append((*label, *sums, str(int(totals["cancelled"])), f"{totals['kv_token_seconds']:.1f}"))
-    return format_table(head, lines) + ("" if rows else "\n(no usage)")
-
-
-def format_table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """Columns padded to their widest cell; numbers (cells of digits) right-aligned."""
-    widths = [max([len(h), *(len(row[i]) for row in rows)]) for i, h in enumerate(head)]
-
-    def line(cells: Sequence[str]) -> str:
-        padded = [c.rjust(w) if _numeric(c) else c.ljust(w) for c, w in zip(cells, widths, strict=True)]
-        return "  ".join(padded).rstrip()
-
-    return "\n".join([line(head), line(["-" * w for w in widths]), *(line(row) for row in rows)])
-
-
-def _numeric(cell: str) -> bool:
-    return bool(cell) and cell.replace(".", "", 1).isdigit()
+    return text_table(head, lines) + ("" if rows else "\n(no usage)")
