@@ -1,32 +1,39 @@
-"""Keys kept in files under `var/`: the admin key and the development team's key.
+"""Keys kept in files under `var/`: the admin key and one key per configured team.
 
-    var/admin-api-key   the admin key (or SWITCHYARD_ADMIN_KEY in the environment, which wins)
-    var/dev-api-key     a key of team `dev`, for the curl `make up` prints
+    var/admin-api-key          the admin key (or SWITCHYARD_ADMIN_KEY in the environment, which wins)
+    var/keys/<team>-api-key    a key of each team in switchyard.yaml, which `make up` writes;
+                               the first team's is the default of the CLI and the printed curl
 
-Both are written once with mode 0600 and reused while they still work. The gateway reads
+Each is written once with mode 0600 and reused while it still works. The gateway reads
 only the admin key's hash; the plaintext never leaves these files.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from quota.keys import SyncKeyStore, generate_key, hash_key
 
 ADMIN_KEY_ENV = "SWITCHYARD_ADMIN_KEY"
 ADMIN_KEY_FILE = "admin-api-key"
-DEV_KEY_FILE = "dev-api-key"
-DEV_TEAM = "dev"
+TEAM_KEYS_DIR = "keys"
 
 
 def admin_key_path(var_path: Path) -> Path:
     return var_path / ADMIN_KEY_FILE
 
 
-def dev_key_path(var_path: Path) -> Path:
-    return var_path / DEV_KEY_FILE
+def team_key_path(var_path: Path, team_id: str) -> Path:
+    return var_path / TEAM_KEYS_DIR / f"{team_id}-api-key"
+
+
+def default_key_path(var_path: Path, team_ids: Iterable[str]) -> Path | None:
+    """The first configured team's key file: what the CLI uses when no key is given. None
+    when no team is configured."""
+    first = next(iter(team_ids), None)
+    return None if first is None else team_key_path(var_path, first)
 
 
 def read_key_file(path: Path) -> str | None:
@@ -67,11 +74,17 @@ def load_admin_key_hash(var_path: Path, environ: Mapping[str, str] | None = None
     return hash_key(key) if key else None
 
 
-def ensure_dev_key(store: SyncKeyStore, path: Path, team_id: str = DEV_TEAM) -> Path:
+def ensure_team_key(store: SyncKeyStore, path: Path, team_id: str) -> Path:
     """Make sure `path` holds a key of `team_id` that resolves: reuse it if it still does
     (a fresh Redis, or a revoked key, gets a new one). Returns `path`."""
     existing = read_key_file(path)
     if existing is not None and store.resolve(existing) == team_id:
         return path
+
     write_key_file(path, store.create(team_id))
     return path
+
+
+def ensure_team_keys(store: SyncKeyStore, var_path: Path, team_ids: Iterable[str]) -> dict[str, Path]:
+    """A working key file for every team in `team_ids` (`ensure_team_key`), by team."""
+    return {team: ensure_team_key(store, team_key_path(var_path, team), team) for team in team_ids}

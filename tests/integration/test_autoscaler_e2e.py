@@ -23,12 +23,12 @@ import httpx
 import pytest
 import redis
 
+from autoscaler.live import LiveOptions
+from autoscaler.signals import ServerCapacity
 from config.settings import AutoscalerSpec, FleetSpec, Ports, SwitchyardConfig, TeamSpec, dump_config
-from fleet.launch.ports import free_ports, port_free
-from fleet.live_service import LiveOptions
-from fleet.signals import ServerCapacity
-from fleet.stack import Stack
-from router.registry import SERVERS_KEY, server_key
+from fleet_state.registry import SERVERS_KEY, server_key
+from server_host.ports import free_ports, port_free
+from stack.local_stack import Stack
 from switchyard.load_commands import rehearse
 from switchyard.load_generator import LoadGenerator
 from switchyard.load_ramp import Ramp
@@ -130,8 +130,8 @@ def test_a_ramp_scales_the_pool_from_1_to_3_ahead_of_its_peak_and_back_by_draini
     options = LiveOptions(profile_bin_s=1.0, profile_level_tau_s=2.0)
     stack = Stack(config, autoscaler_options=options, autoscaler_capacities={POOL: CAPACITY})
     with stack, PoolWatch(config.redis_url("admin")) as watch:
-        assert stack.dev_key_path is not None
-        key = stack.dev_key_path.read_text().strip()
+        assert stack.default_key_path is not None
+        key = stack.default_key_path.read_text().strip()
         start_at = time.time() + 3 * config.autoscaler.interval_s
         assert asyncio.run(rehearse(config, [POOL], RAMP, start_at)) > 0
         generator = LoadGenerator(stack.gateway_url, key, MODEL_ID, max_tokens=16)

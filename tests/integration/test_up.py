@@ -16,8 +16,8 @@ import httpx
 import pytest
 
 from config.settings import Ports, TeamSpec, dump_config
-from fleet.launch.ports import free_ports
-from fleet.launch.process import wait_until
+from server_host.ports import free_ports
+from server_host.process import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -81,8 +81,8 @@ def test_up_serves_and_ctrl_c_leaves_nothing_behind(triton_pool, tmp_path: Path)
         assert any(_cmdline(pid).endswith("-m bulk") for pid in children), "no bulk dispatcher running"
 
         url = f"http://127.0.0.1:{config.gateway.port}"
-        assert "Authorization: Bearer $(cat" in output  # the printed curl carries the dev key
-        dev_key = (config.var_path / "dev-api-key").read_text().strip()
+        assert "Authorization: Bearer $(cat" in output  # the printed curl carries the team's key
+        dev_key = (config.var_path / "keys" / "dev-api-key").read_text().strip()
         reply = httpx.post(
             f"{url}/v1/generate",
             json={"model": triton_pool.model_id, "prompt": "Hello there", "max_tokens": 8, "ignore_eos": True},

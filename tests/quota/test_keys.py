@@ -15,8 +15,10 @@ from config.settings import TeamSpec
 from quota.key_files import (
     ADMIN_KEY_ENV,
     admin_key_path,
+    default_key_path,
     ensure_admin_key,
-    ensure_dev_key,
+    ensure_team_key,
+    ensure_team_keys,
     load_admin_key_hash,
     read_key_file,
 )
@@ -121,17 +123,28 @@ def test_admin_key_from_the_environment_wins(tmp_path: Path) -> None:
     assert not SyncKeyStore(redis.Redis(), TEAMS).is_admin("sy-from-env")
 
 
-def test_dev_key_is_reused_while_it_resolves_and_replaced_after(redis_url: str, tmp_path: Path) -> None:
+def test_a_team_key_is_reused_while_it_resolves_and_replaced_after(redis_url: str, tmp_path: Path) -> None:
     client = redis.Redis.from_url(redis_url)
     store = SyncKeyStore(client, {"dev": TeamSpec()})
-    path = ensure_dev_key(store, tmp_path / "dev-api-key")
+    path = ensure_team_key(store, tmp_path / "dev-api-key", "dev")
     first = read_key_file(path)
     assert first is not None and store.resolve(first) == "dev"
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
-    assert read_key_file(ensure_dev_key(store, path)) == first
+    assert read_key_file(ensure_team_key(store, path, "dev")) == first
     assert client.hlen(KEYS_HASH) == 1
 
     client.flushall()  # a fresh Redis: the file's key no longer resolves
-    second = read_key_file(ensure_dev_key(store, path))
+    second = read_key_file(ensure_team_key(store, path, "dev"))
     assert second is not None and second != first
     assert store.resolve(second) == "dev"
+
+
+def test_each_team_gets_its_own_key_file_and_the_first_is_the_default(redis_url: str, tmp_path: Path) -> None:
+    client = redis.Redis.from_url(redis_url)
+    teams = {"chat": TeamSpec(weight=3), "search": TeamSpec(weight=2), "analytics": TeamSpec()}
+    store = SyncKeyStore(client, teams)
+    paths = ensure_team_keys(store, tmp_path, teams)
+    assert paths == {team: tmp_path / "keys" / f"{team}-api-key" for team in teams}
+    assert {team: store.resolve(read_key_file(path) or "") for team, path in paths.items()} == {t: t for t in teams}
+    assert default_key_path(tmp_path, teams) == paths["chat"]
+    assert default_key_path(tmp_path, {}) is None

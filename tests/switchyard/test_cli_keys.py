@@ -13,12 +13,12 @@ import redis.asyncio
 
 from config.redis_client import sync_redis_client
 from config.settings import load_config
-from fleet.launch.ports import free_ports
-from fleet.launch.redis_server import RedisServer
-from fleet.stack import Stack, ready_message
 from quota.key_files import read_key_file
 from quota.keys import KEYS_HASH, SyncKeyStore, hash_key
 from quota.usage import UsageMeter, UsageRecord
+from server_host.ports import free_ports
+from stack.local_stack import Stack, ready_message
+from stack.redis_server import RedisServer
 from switchyard.cli import main
 
 
@@ -121,19 +121,22 @@ def test_commands_say_when_redis_is_not_running(
     assert "cannot reach redis" in capsys.readouterr().err
 
 
-def test_make_up_keeps_a_dev_key_and_prints_the_curl_with_it(config_path: Path, tmp_path: Path) -> None:
+def test_make_up_keeps_a_key_per_team_and_prints_the_curl_with_the_first(config_path: Path, tmp_path: Path) -> None:
     config = load_config(config_path).model_copy(update={"var_dir": str(tmp_path / "var")})
     stack = Stack(config, with_redis=False)  # the fixture's Redis stands in for the stack's own
     stack.ensure_keys()
-    assert stack.dev_key_path == tmp_path / "var" / "dev-api-key"
-    key = read_key_file(stack.dev_key_path)
-    assert key is not None and store(config_path).resolve(key) == "dev"
+    keys_dir = tmp_path / "var" / "keys"
+    assert stack.team_key_paths == {"dev": keys_dir / "dev-api-key", "alpha": keys_dir / "alpha-api-key"}
+    keys = {team: read_key_file(path) for team, path in stack.team_key_paths.items()}
+    assert all(key is not None and store(config_path).resolve(key) == team for team, key in keys.items())
+    assert stack.default_key_path == keys_dir / "dev-api-key"  # the first team's
     assert read_key_file(tmp_path / "var" / "admin-api-key") is not None
 
     again = Stack(config, with_redis=False)
     again.ensure_keys()
-    assert read_key_file(stack.dev_key_path) == key
+    assert {team: read_key_file(path) for team, path in again.team_key_paths.items()} == keys
     message = ready_message(again, "small")
-    assert f'-H "Authorization: Bearer $(cat {stack.dev_key_path})"' in message
+    assert f'-H "Authorization: Bearer $(cat {keys_dir / "dev-api-key"})"' in message
+    assert f"alpha        {keys_dir / 'alpha-api-key'}" in message
     assert "Ctrl-C stops everything" in message
     assert f"Console: {again.gateway_url}/console" in message  # where people sign in (docs/console.md)
