@@ -9,7 +9,6 @@ import queue
 import threading
 import time
 from collections.abc import AsyncIterator
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import grpc
@@ -23,8 +22,8 @@ from tritonclient.utils import InferenceServerException
 
 from bench.live import read_kv_metrics
 from config.redis_client import sync_redis_client
-from fleet.launch.process import wait_until
 from quota.keys import SyncKeyStore
+from server_host.process import wait_until
 
 from .conftest import LiveGateway, TritonPool
 from .test_failover_e2e import (  # noqa: F401 - `fleet` is a fixture
@@ -189,19 +188,30 @@ def test_a_server_killed_mid_stream_resumes_token_for_token(fleet: Fleet, live_g
     url, headers = live_gateway.grpc_url, _bearer(live_gateway.api_key)
     prompts = [f"door failover story {i} about a river" for i in range(6)]
     seeds = [None if i % 2 == 0 else 2000 + i for i in range(6)]
+    log = live_gateway.config.var_path / "logs" / "gw.log"
 
-    def run(prompt: str, seed: int | None, started: threading.Event) -> dict[str, Any]:
-        return asyncio.run(_stream(url, "tiny", prompt, MAX_TOKENS, headers, seed=seed, started=started))
-
-    with ThreadPoolExecutor(6) as pool:
-        reference = list(pool.map(lambda ps: run(ps[0], ps[1], threading.Event()), zip(prompts, seeds, strict=True)))
-        received = {name: _llm_requests(server)[0] for name, server in fleet.servers.items()}
-        started = [threading.Event() for _ in prompts]
-        futures = [pool.submit(run, p, s, e) for p, s, e in zip(prompts, seeds, started, strict=True)]
-        log = live_gateway.config.var_path / "logs" / "gw.log"
+    # Every stream on one event loop: grpc.aio binds each loop to its one process-wide
+    # completion queue, and streams on loops of their own in threads (six `asyncio.run`s) lost
+    # events to a loop that had closed ("Event loop is closed"), failing a reference run with
+    # an empty InferenceServerException (grpc/grpc#25364, #23377).
+    async def reference_then_cut() -> tuple[list[dict[str, Any]], list[dict[str, Any]], int]:
+        reference = await asyncio.gather(
+            *(_stream(url, "tiny", p, MAX_TOKENS, headers, seed=s) for p, s in zip(prompts, seeds, strict=True))
+        )
+        received = await asyncio.to_thread(
+            lambda: {name: _llm_requests(server)[0] for name, server in fleet.servers.items()}
+        )
         failovers_before = log.read_text().count("trying another")
-        kill_while_held(fleet, len(prompts), received, started)
-        replies = [future.result(timeout=120) for future in futures]
+        started = [threading.Event() for _ in prompts]
+        streams = [
+            asyncio.create_task(_stream(url, "tiny", p, MAX_TOKENS, headers, seed=s, started=e))
+            for p, s, e in zip(prompts, seeds, started, strict=True)
+        ]
+        await asyncio.to_thread(kill_while_held, fleet, len(prompts), received, started)
+        replies = await asyncio.wait_for(asyncio.gather(*streams), timeout=120)
+        return list(reference), list(replies), failovers_before
+
+    reference, replies, failovers_before = asyncio.run(reference_then_cut())
     assert log.read_text().count("trying another") > failovers_before  # replies really were cut
     for index, (got, want) in enumerate(zip(replies, reference, strict=True)):
         assert got["token_ids"] == want["token_ids"], f"reply {index}"
