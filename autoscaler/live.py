@@ -48,6 +48,9 @@ from quota.usage import UsageMeter
 
 logger = logging.getLogger(__name__)
 
+# A pass every few seconds reads the registry, usage and batches: a few connections suffice.
+AUTOSCALER_CONNECTIONS = 8
+
 
 @dataclass(frozen=True, slots=True)
 class LiveOptions:
@@ -163,7 +166,7 @@ async def serve_autoscaler(
     profile_factory: ProfileFactory | None = None,
 ) -> None:
     """Run the autoscaler until `stop` is set, its metrics on `autoscaler.metrics_port` (0: none)."""
-    client = redis_client(config, "fleet", socket_timeout=5.0)
+    client = redis_client(config, "fleet", socket_timeout=5.0, max_connections=AUTOSCALER_CONNECTIONS)
     metrics_server = None
     try:
         async with httpx.AsyncClient() as http:

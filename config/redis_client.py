@@ -1,7 +1,17 @@
 """The one way a Redis client of ours is made: `redis_client(config, component)`.
 
-    redis.sentinels empty ──▶ Redis.from_url(config.redis_url(component), **options)
-    redis.sentinels set   ──▶ Sentinel([...], sentinel_kwargs=login).master_for(master_name)
+    redis.sentinels empty ──▶ a client over a BlockingConnectionPool of config.redis's size
+    redis.sentinels set   ──▶ Sentinel([...], sentinel_kwargs=login).master_for(master_name),
+                              over the same kind of pool
+
+Every client's connections are bounded (`redis.max_connections`, 32 by default): a command
+that finds them all busy waits up to `redis.pool_timeout_s` for one, then fails with a
+`ConnectionError` — a process's connections never grow with its requests in flight, and a
+burst of requests queues for a few milliseconds instead of failing at once. (redis-py's own
+default is a pool of 100 that raises "Too many connections" at the 101st; older versions
+were unbounded.) Every connection has TCP keepalive (probes after
+`redis.keepalive_idle_s` idle, three a second apart) and a health check before reuse after
+`redis.health_check_s` idle, so a peer gone silent is noticed in seconds, not TCP's minutes.
 
 A Sentinel client asks the sentinels where the primary is whenever it opens a connection; a
 connection to a primary that was demoted answers READONLY, which redis-py turns into a
@@ -10,43 +20,77 @@ restart; the commands in flight while it happens fail with a `ConnectionError`, 
 if a single Redis restarted (docs/redis.md). Each component logs in to the sentinels with its
 own user and password (the sentinels' ACL grants SENTINEL queries only).
 
-`options` are a site's own connection settings (timeouts, `decode_responses`, ...), passed on
-as they are; the socket timeouts also apply to the sentinel queries.
+`options` are a call site's own connection settings (socket timeouts, `decode_responses`,
+a pool size for a client of its own, ...), passed on as they are; the socket timeouts also
+apply to the sentinel queries.
 """
 
 from __future__ import annotations
 
+import socket
 from typing import Any
 
 import redis
 import redis.asyncio
+import redis.asyncio.sentinel
 
 from config.internal_secrets import RedisComponent
+from config.redis_settings import RedisSpec
 from config.settings import SwitchyardConfig
 
 # Connection settings that also bound a query to a sentinel.
-_SENTINEL_SOCKET_OPTIONS = ("socket_timeout", "socket_connect_timeout")
+_SENTINEL_SOCKET_OPTIONS = ("socket_timeout", "socket_connect_timeout", "socket_keepalive", "socket_keepalive_options")
+_KEEPALIVE_INTERVAL_S = 1
+_KEEPALIVE_PROBES = 3
+
+
+class _BlockingSentinelPool(redis.asyncio.sentinel.SentinelConnectionPool, redis.asyncio.BlockingConnectionPool):
+    """The primary's connections through the sentinels, bounded and waiting like
+    BlockingConnectionPool (redis-py has no such pool of its own)."""
+
+
+def connection_settings(spec: RedisSpec) -> dict[str, Any]:
+    """The bounds and keepalives every client of ours gets (a call's `options` override them)."""
+    keepalive: dict[int, int] = {}
+    for name, value in (
+        ("TCP_KEEPIDLE", spec.keepalive_idle_s),
+        ("TCP_KEEPINTVL", _KEEPALIVE_INTERVAL_S),
+        ("TCP_KEEPCNT", _KEEPALIVE_PROBES),
+    ):
+        if hasattr(socket, name):  # Linux has all three; others keep their defaults
+            keepalive[getattr(socket, name)] = value
+    return {
+        "max_connections": spec.max_connections,
+        "socket_keepalive": True,
+        "socket_keepalive_options": keepalive,
+        "health_check_interval": spec.health_check_s,
+    }
 
 
 def redis_client(config: SwitchyardConfig, component: RedisComponent, **options: Any) -> redis.asyncio.Redis:
-    """An asyncio client for `component`, following failovers in sentinel mode."""
+    """An asyncio client for `component` over a bounded, waiting pool, following failovers in
+    sentinel mode."""
     spec = config.redis
+    settings = {**connection_settings(spec), "timeout": spec.pool_timeout_s, **options}
     if not spec.sentinels:
-        return redis.asyncio.Redis.from_url(config.redis_url(component), **options)
-    connection, sentinel_options = _sentinel_arguments(config, component, options)
+        pool = redis.asyncio.BlockingConnectionPool.from_url(config.redis_url(component), **settings)
+        return redis.asyncio.Redis.from_pool(pool)
+    connection, sentinel_options = _sentinel_arguments(config, component, settings)
     sentinel = redis.asyncio.Sentinel(  # type: ignore[no-untyped-call]  # redis-py's own hints
         [(s.host, s.port) for s in spec.sentinels], sentinel_kwargs=sentinel_options, **connection
     )
-    client: redis.asyncio.Redis = sentinel.master_for(spec.master_name)
+    client: redis.asyncio.Redis = sentinel.master_for(spec.master_name, connection_pool_class=_BlockingSentinelPool)
     return client
 
 
 def sync_redis_client(config: SwitchyardConfig, component: RedisComponent, **options: Any) -> redis.Redis:
-    """A blocking client for `component` (CLI, launchers, tests), the same way."""
+    """A blocking client for `component` (CLI, launchers, tests), bounded the same way; one
+    thread uses it at a time, so a full pool is an error rather than a wait."""
     spec = config.redis
+    settings = {**connection_settings(spec), **options}
     if not spec.sentinels:
-        return redis.Redis.from_url(config.redis_url(component), **options)
-    connection, sentinel_options = _sentinel_arguments(config, component, options)
+        return redis.Redis.from_url(config.redis_url(component), **settings)
+    connection, sentinel_options = _sentinel_arguments(config, component, settings)
     sentinel = redis.Sentinel(  # type: ignore[no-untyped-call]  # redis-py's own hints
         [(s.host, s.port) for s in spec.sentinels], sentinel_kwargs=sentinel_options, **connection
     )

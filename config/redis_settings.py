@@ -73,6 +73,18 @@ class RedisSpec(_Strict):
     # (config/replica_acks.py). None: 1 in sentinel mode, 0 with one address.
     replica_acks: Annotated[int, Field(ge=0, le=16)] | None = None
     replica_ack_timeout_ms: Annotated[int, Field(ge=1, le=10_000)] = 200
+    # Connections per client (config/redis_client.py): a bounded pool that waits up to
+    # `pool_timeout_s` for a free connection instead of opening more, so a process's
+    # connections never grow with its requests in flight (docs/capacity.md sizes maxclients).
+    max_connections: Annotated[int, Field(ge=2, le=1024)] = 32
+    pool_timeout_s: Annotated[float, Field(gt=0, le=60)] = 2.0
+    # A silent peer is noticed in seconds: TCP keepalive probes after this idle time, and
+    # a pooled connection idle longer than `health_check_s` is PINGed before it is reused.
+    keepalive_idle_s: Annotated[int, Field(ge=1, le=600)] = 5
+    health_check_s: Annotated[float, Field(ge=0, le=600)] = 10.0
+    # The redis-server that `make up` starts: at most this many clients (the arithmetic:
+    # docs/capacity.md).
+    maxclients: Annotated[int, Field(ge=64, le=1_000_000)] = 4096
 
     @property
     def acks_required(self) -> int:

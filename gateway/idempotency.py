@@ -146,8 +146,13 @@ class IdempotencyStore:
         follow_grace_s: int = FOLLOW_GRACE_S,
         owner_ttl_s: float = OWNER_TTL_S,
         acks: ReplicaAcks | None = None,
+        blocking: aioredis.Redis | None = None,
     ) -> None:
+        """`blocking`: the client `follow`'s XREADs wait on (a second of each read's connection
+        held), kept apart from `client`'s short commands so followers never take the
+        connections every request's claim needs; default `client`."""
         self._redis = client
+        self._blocking = blocking if blocking is not None else client
         self._acks = acks if acks is not None else ReplicaAcks(0, 1)
         self._ttl_s = ttl_s
         self.owner_ttl_s = owner_ttl_s
@@ -156,7 +161,7 @@ class IdempotencyStore:
         self._final = client.register_script(_FINAL)
         # `follow` blocks on XREAD in slices shorter than the client's socket timeout (2 s in
         # the gateway), which would otherwise cut a longer wait short with a redis TimeoutError.
-        socket_timeout = client.connection_pool.connection_kwargs.get("socket_timeout")
+        socket_timeout = self._blocking.connection_pool.connection_kwargs.get("socket_timeout")
         self._block_slice_s: float = min(1.0, socket_timeout / 2) if socket_timeout else 1.0
 
     # Each kind of key has its own prefix, and the team (no ':' in a team's name, config/settings.py)
@@ -260,7 +265,7 @@ class IdempotencyStore:
                 asked = True
             wait_s = min(remaining, self._block_slice_s)
             # [(stream, [(entry_id, fields), ...])]; redis-py's type for it is a loose union.
-            batch: Any = await self._redis.xread({stream: last_id}, block=max(1, int(wait_s * 1000)), count=256)
+            batch: Any = await self._blocking.xread({stream: last_id}, block=max(1, int(wait_s * 1000)), count=256)
             quiet = not batch
             if quiet:
                 continue

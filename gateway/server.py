@@ -16,6 +16,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from config.logging_setup import logging_config
+from config.process_limits import raise_open_files_limit
 from config.settings import SwitchyardConfig, dump_config, load_config
 from gateway.app import create_app
 from gateway.http_protocol import NoDelayH11Protocol
@@ -37,6 +38,7 @@ def serve(
     # The gRPC door (gateway/grpc_door/server.py): each worker serves it from its lifespan.
     grpc_port = settings.grpc_port or config.gateway.grpc_port
     settings = settings.model_copy(update={"grpc_port": grpc_port})
+    raise_open_files_limit()  # a socket per open stream; the workers inherit it
     options = {
         "host": host,
         "port": port,
@@ -44,6 +46,9 @@ def serve(
         # SSE replies carry their own keep-alive comments; don't cut slow clients short.
         "timeout_keep_alive": 30,
         "http": NoDelayH11Protocol,  # small writes go at once, however many workers
+        # Connections not yet accepted: room for a burst of thousands of streams opening at
+        # once (uvicorn's default is 2,048; the kernel's net.core.somaxconn caps it).
+        "backlog": 8192,
     }
     if settings.workers == 1:
         uvicorn.run(create_app(settings, config=config), **options)  # type: ignore[arg-type]

@@ -19,6 +19,8 @@ from router.server_directory import ServerDirectory
 from router.server_picker import ServerPicker
 from router.triton_backend import TritonBackend
 
+DIRECTORY_CONNECTIONS = 4
+
 
 def failover_backend(
     config: SwitchyardConfig, routed: Counter, host: str = "127.0.0.1", retry_after_s: int = 5
@@ -28,7 +30,11 @@ def failover_backend(
     # Every inference call carries the key Triton demands (server_host/triton_server.py):
     # only gateways hold it, so only they reach the models.
     streams = TritonBackend({}, {}, retry_after_s=retry_after_s, headers=config.triton_grpc_headers())
-    client = redis_client(config, "gateway", socket_timeout=2.0, socket_connect_timeout=2.0)
+    # The directory's reads: the load board every 0.1 s, the registry when it changes; a few
+    # connections whatever the traffic (docs/capacity.md counts them per worker).
+    client = redis_client(
+        config, "gateway", socket_timeout=2.0, socket_connect_timeout=2.0, max_connections=DIRECTORY_CONNECTIONS
+    )
     http = httpx.AsyncClient()
     closing: set[asyncio.Task[None]] = set()
 

@@ -53,7 +53,8 @@ class LoadPublisher:
 
     async def _run(self) -> None:
         interval_s = self._config.fleet.load_publish_s
-        client = redis_client(self._config, "fleet", socket_timeout=2.0, socket_connect_timeout=2.0)
+        # One line of load every 0.1 s: two connections at most (docs/capacity.md: per server).
+        client = redis_client(self._config, "fleet", socket_timeout=2.0, socket_connect_timeout=2.0, max_connections=2)
         board = LoadBoard(client)
         seq, warned_at = 0, float("-inf")
         try:

@@ -45,7 +45,7 @@ class SelfRegistration:
 
     async def _run(self) -> None:
         fleet = self._config.fleet
-        client = redis_client(self._config, "fleet", socket_timeout=2.0)
+        client = redis_client(self._config, "fleet", socket_timeout=2.0, max_connections=2)  # a heartbeat
         registry = ServerRegistry(client, fleet.dead_after_s)
         liveness = Liveness(fleet.dead_after_s)
         info = self._info

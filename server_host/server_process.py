@@ -195,7 +195,7 @@ def _mark_draining(config: SwitchyardConfig, server_id: str) -> None:
     """DRAINING in the registry, so gateways stop routing here; a drain goes on without it."""
 
     async def mark() -> bool:
-        client = redis_client(config, "fleet", socket_timeout=2.0)
+        client = redis_client(config, "fleet", socket_timeout=2.0, max_connections=2)  # one write
         try:
             return await ServerRegistry(client, config.fleet.dead_after_s).request_drain(server_id)
         finally:

@@ -22,6 +22,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
 
+from config.process_limits import raise_open_files_limit
 from config.redis_client import sync_redis_client
 from config.settings import SwitchyardConfig, dump_config
 from quota.key_files import ensure_admin_key, ensure_team_keys
@@ -73,6 +74,8 @@ class Stack:
                 redis_data_dir(config),
                 config.var_path / "logs" / "redis.log",
                 secrets_dir=config.secrets_path,
+                host=config.redis.host,
+                maxclients=config.redis.maxclients,
             )
             if with_redis
             else None
@@ -289,6 +292,7 @@ def _shown(path: Path) -> str:
 
 def run_stack(config: SwitchyardConfig, gateway_port: int | None = None) -> int:
     """`switchyard up`: run until SIGINT/SIGTERM or until a process dies; returns an exit code."""
+    raise_open_files_limit()  # Redis, the servers and the gateway inherit it
     stack = Stack(config, gateway_port=gateway_port)
     with stop_on_signals() as stop:
         return _serve_until_stopped(stack, stop)

@@ -37,8 +37,11 @@ class RedisServer:
         secrets_dir: Path,
         host: str = "127.0.0.1",
         replica_of: tuple[str, int] | None = None,
+        maxclients: int = 4096,
     ) -> None:
-        """`replica_of`: start as a replica of that primary (host, port)."""
+        """`replica_of`: start as a replica of that primary (host, port). `maxclients`: the
+        connections it accepts (redis-server raises its own open-files limit to fit them, up to
+        the hard limit; docs/capacity.md sizes it)."""
         binary = shutil.which("redis-server")
         if binary is None:
             raise RuntimeError("redis-server is not installed: run `make up` (installs it with apt)")
@@ -67,6 +70,11 @@ class RedisServer:
                 "",
                 "--aclfile",
                 str(self.secrets.acl_file.resolve()),
+                "--maxclients",
+                str(maxclients),
+                # Dead clients (a host powered off) are noticed in seconds, not 300 s.
+                "--tcp-keepalive",
+                "10",
                 *replica,
             ],
             log_path,

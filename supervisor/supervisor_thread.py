@@ -21,6 +21,9 @@ from fleet_state.registry import ServerRegistry
 from server_host.ports import PortAllocator
 from supervisor.supervisor import Supervisor
 
+# The supervisor's passes (probes, registrations, targets) on one loop: a few connections.
+SUPERVISOR_CONNECTIONS = 8
+
 
 class SupervisorThread:
     """Start, watch and stop the servers of `pool_ids` from synchronous code."""
@@ -80,7 +83,7 @@ class SupervisorThread:
 
     async def _main(self, timeout_s: float | None) -> None:
         self._loop, self._stopping = asyncio.get_running_loop(), asyncio.Event()
-        client = redis_client(self._config, "fleet")
+        client = redis_client(self._config, "fleet", max_connections=SUPERVISOR_CONNECTIONS)
         try:
             registry = ServerRegistry(client, self._config.fleet.dead_after_s)
             supervisor = Supervisor(
