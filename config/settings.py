@@ -279,6 +279,13 @@ class GatewaySpec(_Strict):
     # worker processes allows its share). Beyond: 429 with Retry-After. The admin key is exempt.
     max_requests_per_key: Annotated[int, Field(ge=1)] = 1024
     max_streams_per_key: Annotated[int, Field(ge=1)] = 512
+    # Open streams one gateway worker process holds (quota/stream_shares.py): a team below its
+    # weighted share of them is always let in; beyond it, a team borrows idle ones only while
+    # the worker is `stream_reserve_fraction` short of the maximum (429 past that); past the
+    # maximum, 503. Each stream costs a socket and memory (docs/capacity.md): the brief's
+    # 10,000 streams need 16 workers at 625 each, or 2 at 5,000.
+    max_streams_per_worker: Annotated[int, Field(ge=1)] = 6000
+    stream_reserve_fraction: Annotated[float, Field(ge=0, lt=1)] = 0.1
     # A body must start within body_timeout_s, never pause longer, and average at least
     # min_body_bytes_per_s after that first allowance; else 408.
     body_timeout_s: Annotated[float, Field(gt=0)] = 30.0

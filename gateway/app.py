@@ -31,6 +31,7 @@ from gateway.auth import install_auth
 from gateway.console import install_console, open_console
 from gateway.deps import Services
 from gateway.edge_guard import EdgeGuard, install_edge
+from gateway.edge_keys import KeyCache
 from gateway.error_handlers import install_error_handlers
 from gateway.generation import GenerationService
 from gateway.idempotency import IdempotencyStore
@@ -46,6 +47,10 @@ from quota.key_files import load_admin_key_hash
 from quota.keys import KeyStore
 from quota.usage import UsageMeter
 from router.failover_backend import FailoverBackend
+
+# Connections of a worker's pool for reads that wait: the request bus's subscription holds one,
+# each follower of a request another worker runs holds one for up to a second at a time.
+WAITING_CONNECTIONS = 8
 
 
 def triton_backend_factory(
@@ -105,26 +110,40 @@ def create_app(
         models = catalog if catalog is not None else ModelCatalog.load(loaded)
         backend = make_backend(loaded, settings, app.state.metrics)
         registry = RequestRegistry(backend, app.state.metrics, cancel_grace_s=settings.cancel_grace_s)
-        # Short timeouts and no retries: a Redis outage is a quick 503, not a hung request.
+        # Short timeouts and no retries: a Redis outage is a quick 503, not a hung request. Two
+        # bounded pools per worker (config/redis_client.py): short commands, and the reads that
+        # wait (the request bus's subscription, followers' XREADs) on a few connections of their
+        # own, so waiting never holds a connection a request's claim or lease needs.
         redis_client = gateway_redis_client(
             loaded, "gateway", socket_timeout=2.0, socket_connect_timeout=2.0, retry_on_timeout=False
         )
+        waiting_client = gateway_redis_client(
+            loaded,
+            "gateway",
+            socket_timeout=2.0,
+            socket_connect_timeout=2.0,
+            retry_on_timeout=False,
+            max_connections=WAITING_CONNECTIONS,
+        )
         key_store = KeyStore(redis_client, loaded.teams, load_admin_key_hash(loaded.var_path))
-        install_auth(app, key_store)
-        edge = install_edge(app, loaded, settings, key_store)  # key, size and caps before any body is read
+        keys = KeyCache(key_store, loaded.gateway.key_cache_s)  # every door's, one per worker
+        install_auth(app, keys)
+        edge = install_edge(app, loaded, settings, keys)  # key, size and caps before any body is read
         acks = ReplicaAcks.from_settings(loaded.redis)  # sentinel mode: what a failover must keep
         metering = install_metering(app, UsageMeter(redis_client, acks))
         async with contextlib.AsyncExitStack() as stack:
             source = (
                 capacity if capacity is not None else await stack.enter_async_context(_polled_capacity(loaded, backend))
             )
-            bus = RequestBus(redis_client)
+            bus = RequestBus(waiting_client)
             admission = Admission(loaded, redis_client, source)
             generation = GenerationService(
                 loaded,
                 models,
                 registry,
-                idempotency=IdempotencyStore(redis_client, ttl_s=loaded.gateway.idempotency_ttl_s, acks=acks),
+                idempotency=IdempotencyStore(
+                    redis_client, ttl_s=loaded.gateway.idempotency_ttl_s, acks=acks, blocking=waiting_client
+                ),
                 admission=admission,
                 metering=metering,
                 bus=bus,
@@ -137,7 +156,7 @@ def create_app(
             app.state.chat_templates = templates  # the chat route's, shared with batch validation
             intake = BatchIntake(loaded, redis_client, LocalBlobStore(loaded.blob_path), models, templates)
             servers = ServerRegistry(redis_client, loaded.fleet.dead_after_s)
-            open_console(app, loaded, redis_client, key_store, source)  # its reads: the same stores
+            open_console(app, loaded, redis_client, keys, source)  # its reads: the same stores
             app.state.services = Services(loaded, models, backend, registry, generation, admission, intake, servers)
             door = contextlib.AsyncExitStack()  # closed first: its calls end before what they use
             if settings.grpc_port is not None:  # the gRPC front door, on this worker's services
@@ -146,7 +165,7 @@ def create_app(
                 await door.enter_async_context(
                     serving_door(
                         loaded, settings.host or loaded.gateway.host, settings.grpc_port,
-                        services=app.state.services, keys=key_store, slots=edge.slots,
+                        services=app.state.services, keys=keys, slots=edge.slots,
                         metrics=app.state.metrics, workers=settings.workers,
                     )
                 )  # fmt: skip
@@ -158,6 +177,7 @@ def create_app(
                 await registry.close()
                 await backend.close()
                 await redis_client.aclose()
+                await waiting_client.aclose()
                 if catalog is None:
                     models.close()
 

@@ -9,8 +9,9 @@
     a team's key                  Principal(team_id="dev", is_admin=False, team=<TeamSpec>)
     a model the team may not use  403 permission_error      (require_model_access)
 
-Routes take `principal: PrincipalDep` (or `AdminDep` for admin routes). The key store lives
-in `app.state.key_store`, put there by `install_auth` from the app's lifespan.
+Routes take `principal: PrincipalDep` (or `AdminDep` for admin routes). Keys resolve through
+the worker's one `KeyCache` (gateway/edge_keys.py: a key is looked up in Redis at most once per
+`gateway.key_cache_s`), in `app.state.key_cache`, put there by `install_auth` from the lifespan.
 
 `bearer_key` is the one parser of the header: the route's check here, the edge's
 (gateway/edge_guard.py) and the gRPC door's metadata (gateway/grpc_door/service.py) refuse a
@@ -29,9 +30,9 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from config.settings import TeamSpec
 from contracts.errors import ApiError
 from contracts.schemas import TEAM_HEADER
-from quota.keys import KeyStore
+from gateway.edge_keys import KeyCache
 
-KEY_STORE_STATE = "key_store"  # app.state.key_store: the KeyStore every request resolves against
+KEY_CACHE_STATE = "key_cache"  # app.state.key_cache: the KeyCache every request resolves through
 _HOW_TO_GET_A_KEY = "an operator makes one with `switchyard keys create TEAM`"
 _CHALLENGE = {"WWW-Authenticate": "Bearer"}
 
@@ -49,16 +50,16 @@ class Principal:
     team: TeamSpec | None = None
 
 
-def install_auth(app: FastAPI, key_store: KeyStore) -> None:
-    """Make `key_store` the one `PrincipalDep` resolves against (call from the lifespan)."""
-    setattr(app.state, KEY_STORE_STATE, key_store)
+def install_auth(app: FastAPI, keys: KeyCache) -> None:
+    """Make `keys` the one `PrincipalDep` resolves through (call from the lifespan)."""
+    setattr(app.state, KEY_CACHE_STATE, keys)
 
 
-def get_key_store(request: Request) -> KeyStore:
-    store = getattr(request.app.state, KEY_STORE_STATE, None)
-    if not isinstance(store, KeyStore):
-        raise RuntimeError("no key store: call gateway.auth.install_auth(app, key_store) in the lifespan")
-    return store
+def get_key_cache(request: Request) -> KeyCache:
+    keys = getattr(request.app.state, KEY_CACHE_STATE, None)
+    if not isinstance(keys, KeyCache):
+        raise RuntimeError("no key cache: call gateway.auth.install_auth(app, keys) in the lifespan")
+    return keys
 
 
 def unauthorized(message: str) -> ApiError:
@@ -97,17 +98,18 @@ def bearer_key(header: str | None) -> str:
 
 async def get_principal(
     request: Request,
-    store: Annotated[KeyStore, Depends(get_key_store)],
+    keys: Annotated[KeyCache, Depends(get_key_cache)],
     _: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer_scheme)],
 ) -> Principal:
     """Resolve the request's bearer key; 401 unless it names a configured team or the admin."""
     key = bearer_key(request.headers.get("authorization"))
-    return await resolve_principal(store, key, request.headers.get(TEAM_HEADER))
+    return await resolve_principal(keys, key, request.headers.get(TEAM_HEADER))
 
 
-async def resolve_principal(store: KeyStore, key: str, acting_for: str | None) -> Principal:
+async def resolve_principal(keys: KeyCache, key: str, acting_for: str | None) -> Principal:
     """The caller `key` (from `bearer_key`) and, for the admin, `X-Switchyard-Team` name;
     `ApiError` 401 / 403 / 503 otherwise. Every door (HTTP, gRPC metadata) resolves through here."""
+    store = keys.store
     if store.is_admin(key):
         if acting_for is None:
             return Principal(team_id=None, is_admin=True)
@@ -115,12 +117,12 @@ async def resolve_principal(store: KeyStore, key: str, acting_for: str | None) -
             raise forbidden(f"header {TEAM_HEADER} names unknown team {acting_for!r}", TEAM_HEADER)
         return Principal(team_id=acting_for, is_admin=True, team=store.teams[acting_for])
     try:
-        team_id = await store.resolve(key)
+        caller = await keys.caller(key)
     except redis.RedisError:
         raise keys_unavailable() from None
-    if team_id is None:
+    if caller is None or caller.team_id is None:
         raise unknown_key()
-    return Principal(team_id=team_id, is_admin=False, team=store.teams[team_id])
+    return Principal(team_id=caller.team_id, is_admin=False, team=store.teams[caller.team_id])
 
 
 async def get_admin(principal: Annotated[Principal, Depends(get_principal)]) -> Principal:
@@ -152,4 +154,3 @@ def require_model_access(principal: Principal, team_spec: TeamSpec | None, model
 
 PrincipalDep = Annotated[Principal, Depends(get_principal)]
 AdminDep = Annotated[Principal, Depends(get_admin)]
-KeyStoreDep = Annotated[KeyStore, Depends(get_key_store)]

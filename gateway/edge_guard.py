@@ -37,7 +37,7 @@ from gateway.auth import bearer_key, keys_unavailable, unknown_key
 from gateway.edge_keys import EdgeCaller, KeyCache
 from gateway.key_slots import SLOT_SCOPE_KEY, KeySlot, KeySlots, too_many
 from gateway.settings import GatewaySettings
-from quota.keys import KeyStore
+from quota.stream_shares import StreamShares
 
 logger = logging.getLogger(__name__)
 
@@ -68,8 +68,9 @@ class Edge:
     slots: KeySlots
 
 
-def install_edge(app: FastAPI, config: SwitchyardConfig, settings: GatewaySettings, store: KeyStore) -> Edge:
-    """Build the edge's limits, key cache and per-key slots for this process (the lifespan)."""
+def install_edge(app: FastAPI, config: SwitchyardConfig, settings: GatewaySettings, keys: KeyCache) -> Edge:
+    """Build the edge's limits and per-key slots (with the worker's stream shares) for this
+    process, over the worker's one key cache (the lifespan)."""
     gateway = config.gateway
     limits = BodyLimits(
         gateway.max_body_bytes,
@@ -77,10 +78,15 @@ def install_edge(app: FastAPI, config: SwitchyardConfig, settings: GatewaySettin
         gateway.body_timeout_s,
         gateway.min_body_bytes_per_s,
     )
-    slots = KeySlots.per_worker(
-        gateway.max_requests_per_key, gateway.max_streams_per_key, settings.workers, settings.retry_after_s
+    streams = StreamShares(
+        gateway.max_streams_per_worker,
+        {team_id: team.weight for team_id, team in config.teams.items()},
+        gateway.stream_reserve_fraction,
     )
-    edge = Edge(limits, KeyCache(store, gateway.key_cache_s), slots)
+    slots = KeySlots.per_worker(
+        gateway.max_requests_per_key, gateway.max_streams_per_key, settings.workers, settings.retry_after_s, streams
+    )
+    edge = Edge(limits, keys, slots)
     setattr(app.state, EDGE_STATE, edge)
     return edge
 
@@ -180,8 +186,8 @@ class EdgeGuard:
             await _answer(scope, receive, send, too_large(limit, what))
             return
         slot: KeySlot | None = None
-        if caller is not None and not caller.is_admin:
-            slot = edge.slots.acquire(caller.key_id)
+        if caller is not None and caller.team_id is not None:
+            slot = edge.slots.acquire(caller.key_id, caller.team_id)
             if slot is None:
                 slots = edge.slots
                 await _answer(scope, receive, send, too_many("requests", slots.max_requests, slots.retry_after_s))

@@ -1,14 +1,15 @@
-"""The edge's view of an API key: who may send a body at all, from the headers alone.
+"""Whose an API key is, remembered for a moment: the one resolver of keys for every door.
 
     Authorization: Bearer KEY ── admin key?            ──▶ EdgeCaller(admin)       (no Redis)
-                               ── cached < key_cache_s? ──▶ the cached answer
+    (HTTP header, gRPC metadata) cached < key_cache_s? ──▶ the cached answer
                                ── KeyStore.resolve     ──▶ EdgeCaller(team) | None (one HGET)
 
-The key arrives parsed by gateway/auth.py's `bearer_key`, the one parser of the header, so a
-malformed header is the same 401 at the edge as at the route. Answers, unknown keys included,
-are kept `key_cache_s` (a revoked key stops passing the edge within that; the route's own
-check, gateway/auth.py, still resolves every request), and at most `max_entries` of them,
-oldest dropped first, so a flood of made-up keys costs one HGET each and bounded memory.
+The key arrives parsed by gateway/auth.py's `bearer_key`, the one parser of the header. The
+HTTP edge, the HTTP routes (gateway/auth.py) and the gRPC door all resolve through one
+`KeyCache` per worker process, so a key costs one HGET per `key_cache_s` per process however
+many requests it sends, and a revoked key is refused on both doors within `key_cache_s`
+(2 s by default). Answers, unknown keys included, are kept at most `max_entries`, oldest
+dropped first, so a flood of made-up keys costs one HGET each and bounded memory.
 """
 
 from __future__ import annotations
@@ -24,10 +25,12 @@ MAX_CACHED_KEYS = 10_000
 
 @dataclass(frozen=True, slots=True)
 class EdgeCaller:
-    """A caller the edge let through: `key_id` (the key's hash) counts its requests."""
+    """A caller the edge let through: `key_id` (the key's hash) counts its requests, against
+    its team's share of streams (`team_id`; None for the admin key)."""
 
     key_id: str
     is_admin: bool
+    team_id: str | None = None
 
 
 class KeyCache:
@@ -40,7 +43,7 @@ class KeyCache:
         max_entries: int = MAX_CACHED_KEYS,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._store = store
+        self.store = store
         self._ttl_s = ttl_s
         self._max_entries = max_entries
         self._clock = clock
@@ -50,16 +53,23 @@ class KeyCache:
         """The caller `key` belongs to; None for an unknown or revoked key. Raises Redis's
         errors (the edge answers 503)."""
         key_id = hash_key(key)
-        if self._store.is_admin(key):
+        if self.store.is_admin(key):
             return EdgeCaller(key_id, is_admin=True)
         now = self._clock()
         cached = self._answers.get(key_id)
         if cached is not None and cached[0] > now:
             return cached[1]
-        team_id = await self._store.resolve(key)
-        answer = None if team_id is None else EdgeCaller(key_id, is_admin=False)
+        team_id = await self.store.resolve(key)
+        answer = None if team_id is None else EdgeCaller(key_id, is_admin=False, team_id=team_id)
         self._remember(key_id, now + self._ttl_s, answer)
         return answer
+
+    async def revoke(self, key_hash: str) -> bool:
+        """Revoke a key (`KeyStore.revoke`) and forget this process's answer for it at once;
+        the other processes' answers lapse within `key_cache_s`. False if no such key."""
+        found = await self.store.revoke(key_hash)
+        self._answers.pop(key_hash.lower(), None)
+        return found
 
     def _remember(self, key_id: str, until: float, answer: EdgeCaller | None) -> None:
         if self._ttl_s <= 0:

@@ -1,9 +1,15 @@
-"""Per-key caps: how many requests, and streamed replies among them, one API key may have in
-flight, so one team's runaway client cannot take every connection and task of a gateway.
+"""Per-key caps and per-team stream shares: how many requests, and streamed replies among
+them, one API key may have in flight, and how a worker's streams are shared by team weight,
+so one team's runaway client cannot take every connection and task of a gateway.
 
-    EdgeGuard ── slots.acquire(key_id) ──▶ KeySlot | None (None: 429 before the body is read)
+    EdgeGuard ── slots.acquire(key_id, team_id) ──▶ KeySlot | None (None: 429, body unread)
     route (stream: true) ── claim_stream(request) ── 429 when the key's streams are at the cap
+                                                     429 when its team is past its share of
+                                                         the worker's streams (quota/stream_shares.py)
+                                                     503 when the worker holds its most streams
     end of the response ── slot.release()  (its stream too)
+
+The gRPC door counts its requests and streams on the same slots (gateway/grpc_door/service.py).
 
 Counts live in this process's memory (nothing per request reaches Redis): a gateway of N
 worker processes gives each 1/N of the configured caps (rounded up), so a key reaches at most
@@ -20,6 +26,7 @@ from dataclasses import dataclass
 from fastapi import Request
 
 from contracts.errors import ApiError
+from quota.stream_shares import StreamShares, StreamVerdict
 
 SLOT_SCOPE_KEY = "switchyard.key_slot"  # the request's KeySlot in its ASGI scope
 
@@ -31,45 +38,56 @@ class _KeyLoad:
 
 
 class KeySlots:
-    """Requests and streams in flight per key, in this process."""
+    """Requests and streams in flight per key, and streams per team, in this process."""
 
-    def __init__(self, max_requests: int, max_streams: int, retry_after_s: int) -> None:
+    def __init__(self, max_requests: int, max_streams: int, retry_after_s: int, streams: StreamShares) -> None:
         self.max_requests = max_requests
         self.max_streams = max_streams
         self.retry_after_s = retry_after_s
+        self.streams = streams
         self._loads: dict[str, _KeyLoad] = {}
 
     @classmethod
-    def per_worker(cls, max_requests: int, max_streams: int, workers: int, retry_after_s: int) -> KeySlots:
-        """This process's share of a gateway's per-key caps."""
-        return cls(math.ceil(max_requests / workers), math.ceil(max_streams / workers), retry_after_s)
+    def per_worker(
+        cls, max_requests: int, max_streams: int, workers: int, retry_after_s: int, streams: StreamShares
+    ) -> KeySlots:
+        """This process's share of a gateway's per-key caps (`streams` is already per worker)."""
+        return cls(math.ceil(max_requests / workers), math.ceil(max_streams / workers), retry_after_s, streams)
 
-    def acquire(self, key_id: str) -> KeySlot | None:
-        """A slot for one more request of `key_id`; None when the key is at its cap."""
+    def acquire(self, key_id: str, team_id: str) -> KeySlot | None:
+        """A slot for one more request of `key_id` (a key of `team_id`); None when the key is at
+        its cap."""
         load = self._loads.setdefault(key_id, _KeyLoad())
         if load.requests >= self.max_requests:
             return None
         load.requests += 1
-        return KeySlot(self, key_id)
+        return KeySlot(self, key_id, team_id)
 
     def in_flight(self, key_id: str) -> tuple[int, int]:
         """(requests, streams) of `key_id` in flight here."""
         load = self._loads.get(key_id)
         return (0, 0) if load is None else (load.requests, load.streams)
 
-    def count_stream(self, key_id: str) -> bool:
-        """One more stream of a key holding a request here; False at the streams cap."""
+    def count_stream(self, key_id: str, team_id: str) -> None:
+        """One more stream of a key holding a request here; `ApiError` 429 at the key's cap
+        or past its team's share of this worker's streams, 503 at the worker's maximum."""
         load = self._loads[key_id]
         if load.streams >= self.max_streams:
-            return False
+            raise too_many("streams", self.max_streams, self.retry_after_s)
+        claim = self.streams.claim(team_id)
+        if claim.verdict is StreamVerdict.FULL:
+            raise workers_streams_full(self.streams.max_streams, self.retry_after_s)
+        if claim.verdict is StreamVerdict.OVER_SHARE:
+            raise over_stream_share(team_id, claim.held, claim.share, self.streams.max_streams, self.retry_after_s)
         load.streams += 1
-        return True
 
-    def release(self, key_id: str, stream: bool) -> None:
+    def release(self, key_id: str, team_id: str, stream: bool) -> None:
         """A request of `key_id` (a stream if `stream`) ended."""
         load = self._loads[key_id]
         load.requests -= 1
-        load.streams -= int(stream)
+        if stream:
+            load.streams -= 1
+            self.streams.release(team_id)
         if load.requests == 0:
             del self._loads[key_id]  # idle keys cost nothing
 
@@ -77,25 +95,26 @@ class KeySlots:
 class KeySlot:
     """One request's place among its key's; released once, at the end of its response."""
 
-    __slots__ = ("key_id", "owner", "released", "stream")
+    __slots__ = ("key_id", "owner", "released", "stream", "team_id")
 
-    def __init__(self, slots: KeySlots, key_id: str) -> None:
+    def __init__(self, slots: KeySlots, key_id: str, team_id: str) -> None:
         self.owner = slots
         self.key_id = key_id
+        self.team_id = team_id
         self.stream = False
         self.released = False
 
-    def open_stream(self) -> bool:
-        """Count this request as a stream too; False when the key's streams are at the cap."""
-        if self.stream:
-            return True
-        self.stream = self.owner.count_stream(self.key_id)
-        return self.stream
+    def open_stream(self) -> None:
+        """Count this request as a stream too (once); `ApiError` 429 / 503 when it may not be
+        one (`KeySlots.count_stream`)."""
+        if not self.stream:
+            self.owner.count_stream(self.key_id, self.team_id)
+            self.stream = True
 
     def release(self) -> None:
         if not self.released:
             self.released = True
-            self.owner.release(self.key_id, self.stream)
+            self.owner.release(self.key_id, self.team_id, self.stream)
 
 
 def too_many(what: str, limit: int, retry_after_s: int) -> ApiError:
@@ -111,12 +130,36 @@ def too_many(what: str, limit: int, retry_after_s: int) -> ApiError:
     )
 
 
+def over_stream_share(team_id: str, held: int, share: int, max_streams: int, retry_after_s: int) -> ApiError:
+    """429 for a team past its share of a worker's streams while they are contended."""
+    return ApiError(
+        429,
+        "rate_limit_error",
+        f"team {team_id!r} holds {held} streams on this gateway process, past its share of {share} of "
+        f"its {max_streams}, and the rest are kept for other teams; wait for one of your streams to "
+        "end, then retry",
+        None,
+        {"Retry-After": str(retry_after_s)},
+        code="team_streams_over_share",
+    )
+
+
+def workers_streams_full(max_streams: int, retry_after_s: int) -> ApiError:
+    """503 for a worker that holds its most streams (every team within its share)."""
+    return ApiError(
+        503,
+        "service_unavailable",
+        f"this gateway process holds its most streams ({max_streams}); retry shortly",
+        None,
+        {"Retry-After": str(retry_after_s)},
+        code="gateway_streams_full",
+    )
+
+
 def claim_stream(request: Request) -> None:
-    """Before a streamed reply starts: count it against its key's streams, or 429. A request
-    without a slot (the admin key, an app served without the edge guard) is not counted."""
+    """Before a streamed reply starts: count it against its key's streams and its team's share,
+    or 429 / 503. A request without a slot (the admin key, an app served without the edge
+    guard) is not counted."""
     slot = request.scope.get(SLOT_SCOPE_KEY)
-    if not isinstance(slot, KeySlot):
-        return
-    if not slot.open_stream():
-        limits = slot.owner
-        raise too_many("streams", limits.max_streams, limits.retry_after_s)
+    if isinstance(slot, KeySlot):
+        slot.open_stream()

@@ -5,7 +5,7 @@ instead of a key (sessions.py), a small script for live parts and upload progres
 drawn on the server. Nothing is built or fetched from outside. docs/console.md has the tour.
 
     create_app:  install_console(app)                  routes, and how refusals are answered
-    lifespan:    open_console(app, config, client, key_store, capacity)
+    lifespan:    open_console(app, config, client, key_cache, capacity)
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from gateway.console import batch_routes, fleet_routes, key_routes, signin_route
 from gateway.console.access import CONSOLE_STATE, ConsoleRefusal, ConsoleState, on_console_refusal
 from gateway.console.pages import ConsolePages
 from gateway.console.sessions import SessionStore
+from gateway.edge_keys import KeyCache
 from quota.capacity import CapacitySource
-from quota.keys import KeyStore
 
 
 def console_router() -> APIRouter:
@@ -41,15 +41,16 @@ def open_console(
     app: FastAPI,
     config: SwitchyardConfig,
     client: redis.asyncio.Redis,
-    keys: KeyStore,
+    keys: KeyCache,
     capacity: CapacitySource,
 ) -> ConsoleState:
     """Build what the console reads from, over the lifespan's Redis client (from the lifespan)."""
     state = ConsoleState(
         config=config,
         pages=ConsolePages(),
-        sessions=SessionStore(client, keys),
-        keys=keys,
+        sessions=SessionStore(client, keys.store),
+        keys=keys.store,
+        key_cache=keys,
         load_board=LoadBoard(client),
         targets=PoolTargetStore(client),
         capacity=capacity,

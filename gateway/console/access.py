@@ -28,6 +28,7 @@ from fleet_state.pool_targets import PoolTargetStore
 from gateway.auth import Principal
 from gateway.console.pages import ConsolePages
 from gateway.console.sessions import COOKIE_NAME, ConsoleSession, SessionStore, csrf_matches
+from gateway.edge_keys import KeyCache
 from quota.capacity import CapacitySource
 from quota.keys import KeyStore
 
@@ -43,6 +44,7 @@ class ConsoleState:
     pages: ConsolePages
     sessions: SessionStore
     keys: KeyStore
+    key_cache: KeyCache  # revocations go through it, so this process stops a key at once
     load_board: LoadBoard
     targets: PoolTargetStore
     capacity: CapacitySource

@@ -70,7 +70,7 @@ async def revoke_key(
 ) -> RedirectResponse:
     check_csrf(request, session, csrf)
     try:
-        found = await console.keys.revoke(key_hash)
+        found = await console.key_cache.revoke(key_hash)
     except redis.RedisError:
         raise ConsoleRefusal(503, "the key could not be revoked right now; retry shortly") from None
     if not found:

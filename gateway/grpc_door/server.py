@@ -23,10 +23,10 @@ from tritonclient.grpc import service_pb2_grpc
 
 from config.settings import SwitchyardConfig
 from gateway.deps import Services
+from gateway.edge_keys import KeyCache
 from gateway.grpc_door.service import InferenceDoor
 from gateway.key_slots import KeySlots
 from gateway.metrics import GatewayMetrics
-from quota.keys import KeyStore
 
 # How long in-flight calls may run on at shutdown before they are cancelled.
 SHUTDOWN_GRACE_S = 5.0
@@ -39,7 +39,7 @@ async def serving_door(
     port: int,
     *,
     services: Services,
-    keys: KeyStore,
+    keys: KeyCache,
     slots: KeySlots | None,
     metrics: GatewayMetrics,
     workers: int,

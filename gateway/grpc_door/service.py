@@ -30,6 +30,7 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 from contracts.errors import model_not_found
 from gateway.auth import Principal, bearer_key, require_model_access, resolve_principal
 from gateway.deps import Services
+from gateway.edge_keys import KeyCache
 from gateway.generation import body_digest, generation_input
 from gateway.grpc_door.models import model_config, model_metadata, server_metadata
 from gateway.grpc_door.status import DoorStatus, door_status
@@ -38,7 +39,7 @@ from gateway.key_slots import KeySlots, too_many
 from gateway.metrics import GatewayMetrics
 from gateway.readers import reading
 from gateway.requests_registry import InflightRequest
-from quota.keys import KeyStore, hash_key
+from quota.keys import hash_key
 
 DOOR = "grpc"  # the usage label of what comes through here
 TEAM_METADATA = "x-switchyard-team"  # the admin key acting for a team, as HTTP's X-Switchyard-Team
@@ -47,7 +48,8 @@ _END = object()  # the reader's "no more responses" on a stream's queue
 
 
 class _Caller:
-    """Who calls (resolved once per call) and the key whose per-key caps each request counts on."""
+    """Who calls (resolved once per call) and the key whose per-key caps each request counts on
+    (None for the admin key, which has none)."""
 
     def __init__(self, principal: Principal, key_id: str | None) -> None:
         self.principal = principal
@@ -57,7 +59,7 @@ class _Caller:
 class InferenceDoor(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignore[misc]
     """The servicer of one gateway process, over its lifespan's services."""
 
-    def __init__(self, services: Services, keys: KeyStore, slots: KeySlots | None, metrics: GatewayMetrics) -> None:
+    def __init__(self, services: Services, keys: KeyCache, slots: KeySlots | None, metrics: GatewayMetrics) -> None:
         self._services = services
         self._keys = keys
         self._slots = slots
@@ -191,7 +193,7 @@ class InferenceDoor(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ign
 
     async def _caller(self, context: grpc.aio.ServicerContext) -> _Caller:
         """The caller's key from `authorization: Bearer KEY` metadata (what tritonclient sends
-        with `headers=`), resolved as HTTP resolves it."""
+        with `headers=`), resolved as HTTP resolves it, through the same key cache."""
         metadata = _metadata(context)
         key = bearer_key(metadata.get("authorization"))
         principal = await resolve_principal(self._keys, key, metadata.get(TEAM_METADATA))
@@ -200,16 +202,16 @@ class InferenceDoor(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ign
     @contextlib.contextmanager
     def _slot(self, caller: _Caller, *, stream: bool) -> Iterator[None]:
         """One of the key's requests (and streams) in flight in this process, as HTTP counts them."""
-        slots = self._slots
-        if slots is None or caller.key_id is None:
+        slots, team_id = self._slots, caller.principal.team_id
+        if slots is None or caller.key_id is None or team_id is None:
             yield
             return
-        slot = slots.acquire(caller.key_id)
+        slot = slots.acquire(caller.key_id, team_id)
         if slot is None:
             raise too_many("requests", slots.max_requests, slots.retry_after_s)
         try:
-            if stream and not slot.open_stream():
-                raise too_many("streams", slots.max_streams, slots.retry_after_s)
+            if stream:
+                slot.open_stream()  # the key's cap, its team's share of this worker's streams
             yield
         finally:
             slot.release()

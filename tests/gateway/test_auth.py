@@ -14,6 +14,7 @@ from redis.backoff import NoBackoff
 
 from config.settings import TeamSpec
 from gateway.auth import AdminDep, PrincipalDep, install_auth, require_model_access
+from gateway.edge_keys import KeyCache
 from gateway.error_handlers import install_error_handlers
 from quota.keys import KeyStore, hash_key
 
@@ -24,7 +25,7 @@ TEAMS = {"alpha": TeamSpec(), "beta": TeamSpec(models=["small"])}
 def build_app(store: KeyStore) -> FastAPI:
     app = FastAPI()
     install_error_handlers(app)
-    install_auth(app, store)
+    install_auth(app, KeyCache(store, ttl_s=0))  # no caching: each request asks Redis
 
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:

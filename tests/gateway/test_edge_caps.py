@@ -12,7 +12,9 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
+from contracts.errors import ApiError
 from gateway.key_slots import KeySlots
+from quota.stream_shares import StreamShares
 from tests.gateway.conftest import wait_until
 
 STREAM = {"model": "small", "prompt": "the fox", "max_tokens": 9, "stream": True}
@@ -83,19 +85,60 @@ async def test_requests_beyond_the_key_cap_get_429_before_the_body(
 
 
 def test_each_worker_takes_its_share_of_the_caps() -> None:
-    slots = KeySlots.per_worker(max_requests=10, max_streams=5, workers=4, retry_after_s=1)
+    shares = StreamShares(100, {"t": 1})
+    slots = KeySlots.per_worker(max_requests=10, max_streams=5, workers=4, retry_after_s=1, streams=shares)
     assert (slots.max_requests, slots.max_streams) == (3, 2)
-    first = slots.acquire("k")
-    assert first is not None and first.open_stream()
-    second = slots.acquire("k")
-    assert second is not None and second.open_stream()
-    third = slots.acquire("k")
-    assert third is not None and not third.open_stream()
-    assert slots.acquire("k") is None
+    first = slots.acquire("k", "t")
+    assert first is not None
+    first.open_stream()
+    second = slots.acquire("k", "t")
+    assert second is not None
+    second.open_stream()
+    third = slots.acquire("k", "t")
+    assert third is not None
+    with pytest.raises(ApiError) as refused:
+        third.open_stream()
+    assert refused.value.status_code == 429 and "2 streams" in refused.value.message
+    assert slots.acquire("k", "t") is None
     assert slots.in_flight("k") == (3, 2)
+    assert shares.total == 2  # the refused stream took no team slot
     first.release()
     first.release()  # once only
-    assert slots.in_flight("k") == (2, 1)
+    assert slots.in_flight("k") == (2, 1) and shares.total == 1
     for slot in (second, third):
         slot.release()
-    assert slots.in_flight("k") == (0, 0)
+    assert slots.in_flight("k") == (0, 0) and shares.total == 0
+
+
+def test_a_team_past_its_share_of_the_worker_s_streams_is_429_and_a_full_worker_503() -> None:
+    shares = StreamShares(10, {"flood": 1, "bystander": 1}, reserve_fraction=0.2)
+    slots = KeySlots(max_requests=100, max_streams=100, retry_after_s=2, streams=shares)
+    held = []
+    for _ in range(8):  # the flood borrows up to 10 − 2 reserved
+        slot = slots.acquire("flood-key", "flood")
+        assert slot is not None
+        slot.open_stream()
+        held.append(slot)
+    over = slots.acquire("flood-key", "flood")
+    assert over is not None
+    with pytest.raises(ApiError) as refused:
+        over.open_stream()
+    error = refused.value
+    assert (error.status_code, error.headers["Retry-After"], error.code) == (429, "2", "team_streams_over_share")
+    assert "team 'flood' holds 8 streams" in error.message and "share of 5" in error.message
+    over.release()
+    for _ in range(2):  # the bystander finds the reserve
+        slot = slots.acquire("bystander-key", "bystander")
+        assert slot is not None
+        slot.open_stream()
+        held.append(slot)
+    full = slots.acquire("bystander-key", "bystander")
+    assert full is not None
+    with pytest.raises(ApiError) as refused:
+        full.open_stream()
+    assert (refused.value.status_code, refused.value.code) == (503, "gateway_streams_full")
+    assert refused.value.headers["Retry-After"] == "2"
+    full.release()
+    for slot in held:
+        slot.release()
+    assert shares.total == 0

@@ -5,6 +5,7 @@ as HTTP, and Triton's status codes for every refusal."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ import grpc
 import httpx
 import numpy as np
 import pytest
+import redis
 import tritonclient.grpc.aio as triton_aio
 from fastapi import FastAPI
 from tritonclient.grpc import InferInput, service_pb2, service_pb2_grpc
@@ -20,6 +22,7 @@ from tritonclient.utils import InferenceServerException
 
 from gateway.settings import GatewaySettings
 from quota.capacity import StaticCapacity
+from quota.keys import SyncKeyStore, hash_key
 from server_host.ports import free_ports
 
 from .conftest import FakeBackend
@@ -266,3 +269,28 @@ async def test_a_refused_request_on_a_stream_is_its_error_response_and_the_other
     assert len(errors) == 1 and errors[0].startswith("INVALID_ARGUMENT") and "max_tokens" in errors[0]
     assert "".join(r.as_numpy("text_output")[0].decode() for r, e in got if e is None) == "Hello, world"
     assert len(backend.requests) == 1
+
+
+async def test_a_revoked_key_is_refused_on_both_doors_within_the_key_cache_period(
+    triton: triton_aio.InferenceServerClient, client: httpx.AsyncClient, team_key: str, redis_url: str, app: FastAPI
+) -> None:
+    """Both doors resolve keys through the worker's one KeyCache: a key revoked elsewhere (the
+    CLI, another worker's console) stops working at both within `gateway.key_cache_s`."""
+    assert (await triton.infer("small", llm_inputs(), headers=bearer(team_key))).as_numpy("text_output") is not None
+    assert (await client.get("/v1/models")).status_code == 200  # both doors have the answer cached
+    with redis.Redis.from_url(redis_url) as admin:  # as `switchyard keys revoke` does
+        assert SyncKeyStore(admin, {}).revoke(hash_key(team_key))
+    revoked_at = time.monotonic()
+
+    async def refused_at_the_door() -> bool:
+        try:
+            await triton.infer("small", llm_inputs(), headers=bearer(team_key))
+        except InferenceServerException as refused:
+            return refused.status() == "StatusCode.UNAUTHENTICATED"
+        return False
+
+    period = app.state.services.config.gateway.key_cache_s
+    while not await refused_at_the_door():
+        assert time.monotonic() - revoked_at < period + 10, "the door still took a revoked key"
+        await asyncio.sleep(0.1)
+    assert (await client.get("/v1/models")).status_code == 401  # the HTTP door's answer lapsed too
