@@ -9,7 +9,7 @@ import sys
 
 
 def test_the_soft_limit_is_raised_to_the_hard_limit() -> None:
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     lowered = min(256, hard)
     code = (
         "import resource\n"
