@@ -1,7 +1,8 @@
 """The `llm` model as its Triton shell runs it: built once from config.pbtxt, then serving.
 
     config.pbtxt parameters ─▶ LlmModel.on_triton ─┬─ executor (max_streams threads)
-                                                   ├─ postprocessor (postprocess_in_process)
+                                                   ├─ tokenizer: preprocessor (prompts sent as
+                                                   │  ids), postprocessor (postprocess_in_process)
                                                    ├─ engine dialect, and gauges when the
                                                    │  engine cannot publish its own
                                                    └─ TritonStages ─▶ LlmPipeline
@@ -31,6 +32,7 @@ from bls.model_config import (
     param_str,
 )
 from bls.postprocessing import Postprocessor
+from bls.preprocessing import Preprocessor
 from bls.tokenizer import PromptTokenizer
 from bls.triton_bindings import PbResponseSink, PbTensorSource, RequestIds
 from bls.triton_stages import TritonStages
@@ -58,9 +60,10 @@ class LlmModel:
         """Build from the model config Triton hands `initialize` (parsed from its JSON);
         ModelConfigError names a parameter that is missing or wrong."""
         params = model_parameters(model_config)
-        postprocessor = None
-        if param_bool(params, "postprocess_in_process"):
-            postprocessor = Postprocessor(PromptTokenizer.from_model_dir(param_path(params, "model_dir")))
+        # The tokenizer `preprocessing` loads, for prompts that arrive as token ids (their range,
+        # their stop strings) and, when asked, for detokenizing in this process.
+        tokenizer = PromptTokenizer.from_model_dir(param_path(params, "model_dir"))
+        postprocessor = Postprocessor(tokenizer) if param_bool(params, "postprocess_in_process") else None
         dialect = engine_dialect_from_parameters(params)
         engine_model = param_str(params, "engine_model_name")
         # One worker thread per reply waiting on the engine (see bls/triton_stages.py).
@@ -73,8 +76,9 @@ class LlmModel:
             gauges = LlmEngineGauges.on_triton(pb_utils.MetricFamily, labels)
             gauges.start()
         stages = TritonStages(
-            pb_utils, engine_model, executor, postprocessor=postprocessor, dialect=dialect, observer=gauges
-        )
+            pb_utils, engine_model, executor, postprocessor=postprocessor, preprocessor=Preprocessor(tokenizer),
+            dialect=dialect, observer=gauges,
+        )  # fmt: skip
         pipeline = LlmPipeline(stages, latency_log=LatencyLog.from_environment(os.environ))
         return cls(pb_utils, pipeline, executor, gauges)
 

@@ -1,9 +1,12 @@
 """The `llm` BLS orchestration: one reply from prompt text to streamed text deltas.
 
     parse inputs ─▶ preprocessing ─▶ engine (decoupled stream) ─┬─▶ postprocessing ─▶ client
-                                        ▲                        │    per engine response
-                                        └── cancel_request_id ◀──┴── stop string hit, or the
-                                                                     client cancelled
+         │                     ▲ ▲                               │    per engine response
+         └─ input_ids: checked ┘ └── cancel_request_id ◀─────────┴── stop string hit, or the
+            in process, no BLS call                                  client cancelled
+
+A prompt that arrives as token ids (the gateway's: it tokenized the prompt for its context
+check) skips the `preprocessing` call; everything after it is the same for both.
 
 Each engine response (the engine merges steps when we read slowly) goes through one
 postprocessing call, whose state (detokenizer offsets, held-back text) this loop carries. On a
@@ -55,6 +58,11 @@ class LlmStages(Protocol):
     """The three models `llm` calls (BLS in production, fakes in tests)."""
 
     async def preprocess(self, prompt: str, stops: Sequence[str]) -> Preprocessed: ...
+
+    def preprocess_tokenized(self, input_ids: tuple[int, ...], stops: Sequence[str]) -> Preprocessed:
+        """What `preprocess` gives for a prompt already tokenized, without calling a model (the
+        ids checked against the vocabulary, the stop strings encoded); InputError for bad ids."""
+        ...
 
     def generate(self, request: EngineRequest) -> AsyncGenerator[RequestOutput, None]:
         """Stream the engine's outputs for `request`; the last one has `finished` set.
@@ -187,7 +195,10 @@ class LlmPipeline:
 
     async def _serve(self, request_id: str, request: LlmRequest, out: _FinalOnce) -> None:
         stages = self._stages
-        pre = await stages.preprocess(request.prompt, request.stops)
+        if request.prompt_token_ids:
+            pre = stages.preprocess_tokenized(request.prompt_token_ids, request.stops)
+        else:
+            pre = await stages.preprocess(request.prompt, request.stops)
         out.marks.preprocessed = time.time()
         engine_request = request.engine_request(request_id, pre.input_ids, pre.stop_sequences)
         token_ids = list(request.resume_token_ids)

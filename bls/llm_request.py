@@ -10,6 +10,7 @@ from bls.tokenizer import StopTokenSequences
 from contracts.llm_tensors import (
     CACHE_NAMESPACE,
     IGNORE_EOS,
+    INPUT_IDS,
     MAX_TOKENS,
     REQUEST_CLASS,
     RESUME_TOKEN_IDS,
@@ -26,7 +27,8 @@ from engine.request import EngineRequest, RequestClass, SamplingParams
 
 @dataclass(frozen=True, slots=True)
 class LlmRequest:
-    """One request to `llm`: text in, text out."""
+    """One request to `llm`: a prompt in, text out. The prompt is text (`preprocessing`
+    tokenizes it) or, from the gateway, its token ids (`prompt_token_ids`; `prompt` is then "")."""
 
     prompt: str
     sampling: SamplingParams  # without stop sequences: preprocessing makes those from `stops`
@@ -35,6 +37,7 @@ class LlmRequest:
     request_class: RequestClass = RequestClass.INTERACTIVE
     resume_token_ids: tuple[int, ...] = ()
     cache_namespace: str = ""
+    prompt_token_ids: tuple[int, ...] = ()
 
     def engine_request(self, request_id: str, input_ids: tuple[int, ...], stops: StopTokenSequences) -> EngineRequest:
         """The engine request for this reply, once preprocessing has tokenized it."""
@@ -53,13 +56,12 @@ def parse_llm_request(src: TensorSource) -> LlmRequest:
 
     The sampling inputs and `request_class` are read by the helpers `cpu_engine` shares
     (bls/engine_tensors.py): the engine's inputs of those names are `llm`'s."""
-    prompt = read_str(src, TEXT_INPUT.name)
-    if not prompt:
-        raise InputError(f"{TEXT_INPUT.name} must not be empty")
+    prompt, prompt_token_ids = _read_prompt(src)
     if src.get("stop_token_ids") is not None:
         raise InputError("llm takes stop strings in 'stop', not 'stop_token_ids'")
     return LlmRequest(
         prompt=prompt,
+        prompt_token_ids=prompt_token_ids,
         sampling=read_sampling(src, StopTokenSequences((), ())),
         stops=tuple(s for s in read_str_list(src, STOP.name) if s),
         stream=read_bool(src, STREAM.name, True),
@@ -69,11 +71,36 @@ def parse_llm_request(src: TensorSource) -> LlmRequest:
     )
 
 
+def _read_prompt(src: TensorSource) -> tuple[str, tuple[int, ...]]:
+    """The prompt as (text, ()) or ("", token ids): exactly one of the two inputs, not empty.
+    The ids' range is checked where the vocabulary is known (`Preprocessor.run_tokenized`)."""
+    has_text, has_ids = src.get(TEXT_INPUT.name) is not None, src.get(INPUT_IDS.name) is not None
+    if has_text == has_ids:
+        raise InputError(
+            f"send the prompt in exactly one of {TEXT_INPUT.name!r} (text) and {INPUT_IDS.name!r} (its token ids), "
+            f"got {'both' if has_text else 'neither'}"
+        )
+    if has_ids:
+        prompt_token_ids = read_int_list(src, INPUT_IDS.name)
+        if not prompt_token_ids:
+            raise InputError(f"{INPUT_IDS.name} must not be empty")
+        return "", prompt_token_ids
+    prompt = read_str(src, TEXT_INPUT.name)
+    if not prompt:
+        raise InputError(f"{TEXT_INPUT.name} must not be empty")
+    return prompt, ()
+
+
 def llm_request_tensors(request: LlmRequest) -> Outputs:
     """The tensors a client sends to `llm` for `request` (tests and in-process callers)."""
     sampling = request.sampling
+    prompt = (
+        {INPUT_IDS.name: INPUT_IDS.array(request.prompt_token_ids)}
+        if request.prompt_token_ids
+        else {TEXT_INPUT.name: TEXT_INPUT.array([request.prompt])}
+    )
     tensors: Outputs = {
-        TEXT_INPUT.name: TEXT_INPUT.array([request.prompt]),
+        **prompt,
         MAX_TOKENS.name: MAX_TOKENS.array([sampling.max_tokens]),
         STREAM.name: STREAM.array([request.stream]),
         REQUEST_CLASS.name: REQUEST_CLASS.array([request.request_class.value]),

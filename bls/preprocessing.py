@@ -1,4 +1,9 @@
-"""The `preprocessing` model's logic: prompt text -> token ids, stop strings -> id sequences."""
+"""The `preprocessing` model's logic: prompt text -> token ids, stop strings -> id sequences.
+
+`llm` runs the same `Preprocessor` in process for a prompt that arrives as token ids (the
+gateway tokenized it already): no BLS call, no second encode of the prompt; only its stop
+strings (a few short texts) are encoded, and the ids are checked against the vocabulary.
+"""
 
 from __future__ import annotations
 
@@ -30,12 +35,25 @@ class Preprocessor:
 
     def __init__(self, tokenizer: PromptTokenizer) -> None:
         self._tokenizer = tokenizer
+        self._vocab_size = tokenizer.vocab_size
 
     def run(self, text: str, stops: Sequence[str]) -> Preprocessed:
         input_ids = self._tokenizer.encode_prompt(text)
         if not input_ids:
             raise InputError("text_input encodes to no tokens: send a non-empty prompt")
         return Preprocessed(tuple(input_ids), self._tokenizer.encode_stops(stops))
+
+    def run_tokenized(self, input_ids: tuple[int, ...], stops: Sequence[str]) -> Preprocessed:
+        """What `run` gives for a prompt its caller has tokenized with this tokenizer (the
+        gateway does, for its context check). InputError for ids no encode could give: empty,
+        or outside the vocabulary (an engine could embed an id past it, or fail on one)."""
+        if not input_ids:
+            raise InputError("input_ids must not be empty")
+        vocab = self._vocab_size
+        if min(input_ids) < 0 or max(input_ids) >= vocab:
+            bad = [i for i in input_ids if not 0 <= i < vocab]
+            raise InputError(f"input_ids holds ids outside the vocabulary [0, {vocab}): {bad[:5]}")
+        return Preprocessed(input_ids, self._tokenizer.encode_stops(stops))
 
     def execute(self, src: TensorSource) -> Outputs:
         """One `preprocessing` request, tensors in and out (see docs/tensors.md)."""

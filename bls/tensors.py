@@ -140,7 +140,9 @@ def read_int_list(src: TensorSource, name: str) -> tuple[int, ...]:
         return ()
     if array.size and not np.issubdtype(array.dtype, np.integer):
         raise InputError(f"input {name!r} must be integers, got dtype {array.dtype}")
-    return tuple(int(v) for v in array.reshape(-1))
+    # `tolist` makes Python ints in one pass in C: ~10x faster than int() per element, which
+    # matters for a prompt's thousands of ids.
+    return tuple(array.reshape(-1).tolist())
 
 
 def read_str_list(src: TensorSource, name: str) -> tuple[str, ...]:

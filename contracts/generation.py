@@ -16,8 +16,10 @@ Cancellation contract (both ways must free the server's KV):
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal, Protocol
+
+from contracts.token_ids import PackedTokenIds
 
 RequestClass = Literal["interactive", "bulk"]
 
@@ -66,6 +68,9 @@ class GenerationRequest:
     resume_token_ids: tuple[int, ...] = ()
     # Prefix-cache isolation key (the team, once the gateway knows teams).
     cache_namespace: str = ""
+    # The prompt's token ids as the gateway encoded it (contracts/prompt_context.py), sent in its
+    # place so the server does not tokenize it again; empty: the server tokenizes `prompt`.
+    prompt_token_ids: PackedTokenIds = field(default_factory=PackedTokenIds)
     # For routing (never sent to a server): the prompt's length in tokens and the chained
     # hashes of its leading full blocks, namespaced like the cache (router/block_hashes.py).
     prompt_tokens: int = 0

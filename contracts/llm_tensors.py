@@ -14,10 +14,10 @@ Every request is its own batch (`max_batch_size: 0`), so a scalar is shape [1] a
 shape [-1]. BYTES travel as numpy object arrays of UTF-8 `bytes`.
 
 Errors: `llm` answers a request whose input it refuses (a value out of the engine's range, a
-prompt that does not fit) with an error whose message starts with `INVALID_INPUT_PREFIX`, and
-Triton's INVALID_ARG code; any other error is a server failure. The gateway tells them apart by
-that prefix (`refused_input`): a refusal is the caller's 400 and is never retried elsewhere,
-since every server would refuse it too.
+prompt token id outside the vocabulary, a prompt that does not fit) with an error whose message
+starts with `INVALID_INPUT_PREFIX`, and Triton's INVALID_ARG code; any other error is a server
+failure. The gateway tells them apart by that prefix (`refused_input`): a refusal is the
+caller's 400 and is never retried elsewhere, since every server would refuse it too.
 """
 
 from __future__ import annotations
@@ -99,7 +99,14 @@ class LlmInput(LlmTensor):
     gateway_only: bool = False  # set by the gateway alone: the gRPC door refuses it from a client
 
 
-TEXT_INPUT = LlmInput("text_input", "BYTES", np.object_, request_field="prompt", required=True)
+# The prompt, as text or as its token ids: a request carries exactly one of them (`llm` refuses
+# neither and both). The gateway, which has tokenized the prompt for its context check, sends the
+# ids, so the server never encodes it again; a direct caller of Triton may send either, and `llm`
+# checks ids against its tokenizer's vocabulary. Gateway-only at the door: the gateway encodes
+# every prompt itself (the context check, the KV lease, routing), so a client's ids would only be
+# a second account of the prompt to reconcile with the first.
+TEXT_INPUT = LlmInput("text_input", "BYTES", np.object_, request_field="prompt")
+INPUT_IDS = LlmInput("input_ids", "INT32", np.int32, is_list=True, request_field="prompt_token_ids", gateway_only=True)
 MAX_TOKENS = LlmInput("max_tokens", "INT32", np.int32, request_field="max_tokens", required=True)
 STOP = LlmInput("stop", "BYTES", np.object_, is_list=True, request_field="stop")
 STREAM = LlmInput("stream", "BOOL", np.bool_, request_field="stream")
@@ -119,6 +126,7 @@ CACHE_NAMESPACE = LlmInput("cache_namespace", "BYTES", np.object_, request_field
 # In config.pbtxt's order.
 LLM_INPUTS: tuple[LlmInput, ...] = (
     TEXT_INPUT,
+    INPUT_IDS,
     MAX_TOKENS,
     STOP,
     STREAM,

@@ -2,7 +2,8 @@
 routes): every rule about what may run lives here, so the surfaces cannot drift apart.
 
     route ──(team, GenerationInput)──▶ GenerationService.start()
-        model known (404)? team may use it (403)? context fits (400)?
+        model known (404)? team may use it (403)? context fits (400)? (the prompt is tokenized
+        for this check, once: its ids go to the server in its place, `input_ids`)
         claim (team, request_id) ── same id, other body: 409
                                  ── running here: one more reader; elsewhere: its owner mirrors
                                     its deltas to Redis and this process follows them
@@ -33,6 +34,7 @@ from contracts.generation import BackendError, GenerationDelta, GenerationReques
 from contracts.latency_log import LatencyLog
 from contracts.prompt_context import check_context, encode_prompt
 from contracts.schemas import GenerateBody
+from contracts.token_ids import PackedTokenIds
 from gateway.auth import Principal, require_model_access
 from gateway.idempotency import ClaimState, IdempotencyStore, RecordGone, fingerprint
 from gateway.metering import Metering
@@ -201,6 +203,8 @@ class GenerationService:
             seed=inp.seed,
             ignore_eos=inp.ignore_eos,
             cache_namespace=team_id,
+            # Sent in the prompt's place: the server does not tokenize it a second time.
+            prompt_token_ids=PackedTokenIds.pack(prompt_ids),
             prompt_tokens=prompt_tokens,
             prefix_block_hashes=tuple(prompt_block_hashes(prompt_ids, block_size, team_id, DEFAULT_MAX_BLOCKS)),
         )

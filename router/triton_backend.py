@@ -36,6 +36,7 @@ from contracts.llm_tensors import (
     DISCARDED_TOKENS,
     FINISH_REASON,
     IGNORE_EOS,
+    INPUT_IDS,
     MAX_TOKENS,
     OUTPUT_TOKEN_IDS,
     PROMPT_TOKENS,
@@ -190,9 +191,16 @@ def _stream_error(server_id: str, message: str) -> BackendError:
 
 def build_inputs(request: GenerationRequest) -> list[InferInput]:
     """The `llm` input tensors (contracts/llm_tensors.py); optional ones only when they differ
-    from the model's default, so the model's defaults stay the single source of truth."""
+    from the model's default, so the model's defaults stay the single source of truth. The
+    prompt goes as the token ids the gateway encoded when it has them (the server then skips
+    its `preprocessing`), else as text."""
+    prompt = (
+        _array_tensor(INPUT_IDS, request.prompt_token_ids.array())
+        if request.prompt_token_ids
+        else _tensor(TEXT_INPUT, [request.prompt])
+    )
     inputs = [
-        _tensor(TEXT_INPUT, [request.prompt]),
+        prompt,
         _tensor(MAX_TOKENS, [request.max_tokens]),
         _tensor(STREAM, [True]),
         _tensor(REQUEST_CLASS, [request.request_class]),
@@ -235,7 +243,11 @@ def parse_response(result: InferResult) -> GenerationDelta:
 
 
 def _tensor(spec: LlmInput, values: Sequence[str | int | float | bool]) -> InferInput:
-    data = spec.array(values)
+    return _array_tensor(spec, spec.array(values))
+
+
+def _array_tensor(spec: LlmInput, data: np.ndarray[Any, Any]) -> InferInput:
+    """`data`, already of `spec`'s dtype, as its tensor."""
     tensor = InferInput(spec.name, list(data.shape), spec.datatype)
     tensor.set_data_from_numpy(data)
     return tensor

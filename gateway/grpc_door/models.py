@@ -1,15 +1,18 @@
 """What the door says about itself and its models: each served model (`small`, `large`) looks
 like `llm` with its public tensors only (tensors.DOOR_INPUTS), decoupled, one request a batch.
 
-The gateway-only inputs (`cache_namespace`, `resume_token_ids`) are not listed: a client built
-from this metadata never learns of them, and the door refuses them by name.
+The gateway-only inputs (`input_ids`, `cache_namespace`, `resume_token_ids`) are not listed: a
+client built from this metadata never learns of them, and the door refuses them by name. So the
+door requires what its body requires (`text_input`, `max_tokens`), though `llm` itself may take
+its prompt as `input_ids` instead.
 """
 
 from __future__ import annotations
 
 from tritonclient.grpc import model_config_pb2, service_pb2
 
-from contracts.llm_tensors import LLM_OUTPUTS
+from contracts.llm_tensors import LLM_OUTPUTS, LlmInput
+from contracts.schemas import GenerateBody
 from gateway.grpc_door.tensors import DOOR_INPUTS, MODEL_VERSION
 
 SERVER_NAME = "switchyard"
@@ -54,7 +57,7 @@ def model_config(model_id: str) -> service_pb2.ModelConfigResponse:
         model_transaction_policy=model_config_pb2.ModelTransactionPolicy(decoupled=True),
         input=[
             model_config_pb2.ModelInput(
-                name=spec.name, data_type=_CONFIG_TYPE[spec.datatype], dims=spec.dims, optional=not spec.required
+                name=spec.name, data_type=_CONFIG_TYPE[spec.datatype], dims=spec.dims, optional=not _required(spec)
             )
             for spec in DOOR_INPUTS.values()
         ],
@@ -64,3 +67,8 @@ def model_config(model_id: str) -> service_pb2.ModelConfigResponse:
         ],
     )
     return service_pb2.ModelConfigResponse(config=config)
+
+
+def _required(spec: LlmInput) -> bool:
+    """Whether the door refuses a request without `spec`: its body field has no default."""
+    return GenerateBody.model_fields[spec.request_field].is_required()

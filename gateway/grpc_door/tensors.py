@@ -5,8 +5,9 @@ A request's tensors become the very body `/v1/generate` validates (contracts/sch
 the door accepts exactly the ranges HTTP does, which are the engine's. What the door refuses
 is an `ApiError` 400 whose `param` is the tensor's name (status.py: INVALID_ARGUMENT):
 
-    an input that is not one of DOOR_INPUTS      gateway-only (cache_namespace, resume_token_ids,
-                                                 cancel_request_id, team) or unknown
+    an input that is not one of DOOR_INPUTS      gateway-only (input_ids, cache_namespace,
+                                                 resume_token_ids, cancel_request_id, team) or
+                                                 unknown
     a datatype other than the table's            (Triton refuses it too)
     a shape whose size is not its element count  a scalar with other than one element
     raw bytes that do not parse, text not UTF-8  values out of range (GenerateBody's checks)

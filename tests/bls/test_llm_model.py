@@ -53,9 +53,12 @@ class Sender:
     """A decoupled request's response sender: records (outputs, flags) of every send."""
 
     sent: list[tuple[Outputs | None, int]] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
 
     def send(self, response: FakeResponse | None = None, flags: int = 0) -> None:
         self.sent.append((None if response is None else response.outputs, flags))
+        if response is not None and response.error is not None:
+            self.errors.append(response.error)
 
     def is_cancelled(self) -> bool:
         return False
@@ -138,9 +141,13 @@ class FakePbUtils:
     def InferenceResponse(self, output_tensors: list[FakeTensor], error: str | None = None) -> FakeResponse:
         return FakeResponse({t.name(): t.as_numpy() for t in output_tensors}, error)
 
-    @staticmethod
-    def TritonError(message: str) -> str:
-        return message
+    class TritonError(str):
+        """An error as its code and message, e.g. 'INVALID_ARG: invalid input: ...'."""
+
+        INVALID_ARG, INTERNAL = "INVALID_ARG", "INTERNAL"
+
+        def __new__(cls, message: str, code: str = "INTERNAL") -> FakePbUtils.TritonError:
+            return super().__new__(cls, f"{code}: {message}")
 
     @staticmethod
     def get_input_tensor_by_name(request: FakeRequest, name: str) -> FakeTensor | None:
@@ -181,10 +188,8 @@ def gauge_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name == "llm-engine-gauges"]
 
 
-async def test_a_request_runs_preprocessing_then_the_named_engine_and_detokenizes_in_process(
-    tokenizer_dir: Path, tokenizer: PromptTokenizer
-) -> None:
-    reply = tokenizer.encode_stop("Hello world")
+def stages_answer(tokenizer: PromptTokenizer, reply: list[int]) -> Callable[[Call], list[FakeResponse]]:
+    """BLS answers: `preprocessing` as the real model; the engine writes `reply`, a token a response."""
 
     def answer(call: Call) -> list[FakeResponse]:
         if call.model_name == "preprocessing":
@@ -201,7 +206,14 @@ async def test_a_request_runs_preprocessing_then_the_named_engine_and_detokenize
             )
         ]
 
-    pb = FakePbUtils(answer)
+    return answer
+
+
+async def test_a_request_runs_preprocessing_then_the_named_engine_and_detokenizes_in_process(
+    tokenizer_dir: Path, tokenizer: PromptTokenizer
+) -> None:
+    reply = tokenizer.encode_stop("Hello world")
+    pb = FakePbUtils(stages_answer(tokenizer, reply))
     model = LlmModel.on_triton(pb, model_config(tokenizer_dir, engine_model_name="my_engine"), "llm", "1")
     try:
         request = FakeRequest(llm_request_tensors(LlmRequest("Hi", SamplingParams(max_tokens=len(reply)))))
@@ -217,6 +229,55 @@ async def test_a_request_runs_preprocessing_then_the_named_engine_and_detokenize
     assert "".join(o["text_output"][0].decode() for o, _ in sent if o is not None) == "Hello world"
     assert sent[-1][0] is not None and sent[-1][0]["finish_reason"][0] == b"length"
     assert pb.MetricFamily.made == []  # cpu_engine publishes its own gauges
+
+
+async def test_a_prompt_sent_as_its_ids_calls_no_preprocessing_and_the_engine_gets_the_same(
+    tokenizer_dir: Path, tokenizer: PromptTokenizer
+) -> None:
+    """The gateway's path: no BLS call to `preprocessing`; the engine gets the very tensors the
+    text's path sends it (prompt ids, stop sequences encoded in process) and the reply is the same."""
+    reply = tokenizer.encode_stop("Hello world")
+    pb = FakePbUtils(stages_answer(tokenizer, reply))
+    model = LlmModel.on_triton(pb, model_config(tokenizer_dir), "llm", "1")
+    prompt, sampling, stops = "Hi there 🚀", SamplingParams(max_tokens=len(reply)), ("never said", "\n")
+    by_text = FakeRequest(llm_request_tensors(LlmRequest(prompt, sampling, stops, cache_namespace="team-a")))
+    ids = tuple(tokenizer.encode_prompt(prompt))
+    by_ids = FakeRequest(
+        llm_request_tensors(LlmRequest("", sampling, stops, cache_namespace="team-a", prompt_token_ids=ids))
+    )
+    try:
+        await model.execute([by_text])
+        await model.execute([by_ids])
+    finally:
+        model.close()
+
+    assert [c.model_name for c in pb.calls] == ["preprocessing", "cpu_engine", "cpu_engine"]
+    text_engine, ids_engine = ({k: a.tolist() for k, a in c.inputs.items()} for c in pb.calls[1:])
+    assert ids_engine == text_engine and ids_engine["input_ids"] == list(ids)
+    assert ids_engine["stop_token_sequences"]  # the stop strings, encoded in `llm` itself
+    assert by_ids.sender.errors == by_text.sender.errors == []
+    replies = [[(o and {k: a.tolist() for k, a in o.items()}, f) for o, f in r.sender.sent] for r in (by_text, by_ids)]
+    assert replies[1] == replies[0]
+
+
+async def test_ids_outside_the_vocabulary_are_refused_before_any_bls_call(
+    tokenizer_dir: Path, tokenizer: PromptTokenizer
+) -> None:
+    pb = FakePbUtils()  # any BLS call fails the test
+    model = LlmModel.on_triton(pb, model_config(tokenizer_dir), "llm", "1")
+    vocab = tokenizer.vocab_size
+    request = FakeRequest(
+        llm_request_tensors(LlmRequest("", SamplingParams(max_tokens=3), prompt_token_ids=(1, 5, vocab)))
+    )
+    try:
+        await model.execute([request])
+    finally:
+        model.close()
+    assert pb.calls == []
+    # Triton's INVALID_ARG, with the prefix the gateway reads as the caller's 400.
+    message = f"invalid input: input_ids holds ids outside the vocabulary [0, {vocab}): [{vocab}]"
+    assert request.sender.errors == [f"INVALID_ARG: {message}"]
+    assert [flags for _, flags in request.sender.sent] == [1]
 
 
 @pytest.fixture

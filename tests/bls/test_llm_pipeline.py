@@ -50,9 +50,14 @@ class FakeStages:
         self.closed = False
         self._cancelled = asyncio.Event()
         self.fail_postprocess = False
+        self.preprocessed: list[str] = []  # prompts sent to `preprocessing` (as text)
 
     async def preprocess(self, prompt: str, stops: Sequence[str]) -> Preprocessed:
+        self.preprocessed.append(prompt)
         return self.pre.run(prompt, stops)
+
+    def preprocess_tokenized(self, input_ids: tuple[int, ...], stops: Sequence[str]) -> Preprocessed:
+        return self.pre.run_tokenized(input_ids, stops)
 
     async def postprocess(
         self, token_ids: Sequence[int], state: PostprocessState, stops: Sequence[str], *, is_final: bool
@@ -157,6 +162,68 @@ async def test_resumed_reply_continues_without_repeating_text(tokenizer: PromptT
     sent_before = tokenizer.decode(ids[:cut]).rstrip("\ufffd")
     assert sent_before + "".join(sink.texts()) == REPLY
     assert stages.requests[0].resume_token_ids == tuple(ids[:cut])
+
+
+def as_lists(sink: Sink) -> list[tuple[dict[str, list[object]] | None, bool, str | None]]:
+    return [(None if o is None else {k: a.tolist() for k, a in o.items()}, f, e) for o, f, e in sink.sent]
+
+
+async def test_a_prompt_sent_as_its_ids_skips_preprocessing_and_replies_the_same(tokenizer: PromptTokenizer) -> None:
+    """The gateway's path: the same engine request (prompt ids, stop sequences, namespace,
+    resumed tokens) and the same responses (text, ids, usage) as from the text."""
+    ids = tokenizer.encode_stop(REPLY + " and more text after it")
+    options = {"stops": ("Observation:",), "resume_token_ids": tuple(ids[:2]), "cache_namespace": "team-a"}
+    runs = []
+    for prompt in (
+        {"prompt": "Hello 🚀"},
+        {"prompt": "", "prompt_token_ids": tuple(tokenizer.encode_prompt("Hello 🚀"))},
+    ):
+        stages, sink = FakeStages(tokenizer, [[i] for i in ids[2:]]), Sink()
+        await LlmPipeline(stages).run("r1", inputs(**prompt, **options), sink)  # type: ignore[arg-type]
+        runs.append((stages, sink))
+    (by_text, text_sink), (by_ids, ids_sink) = runs
+    assert by_text.preprocessed == ["Hello 🚀"] and by_ids.preprocessed == []
+    assert by_ids.requests == by_text.requests
+    assert by_ids.requests[0].sampling.stop_token_sequences == (tuple(tokenizer.encode_stop("Observation:")),)
+    assert as_lists(ids_sink) == as_lists(text_sink)
+    outputs, error = ids_sink.final()
+    assert error is None and outputs is not None and outputs["finish_reason"][0] == b"stop"
+    assert int(outputs["prompt_tokens"][0]) == len(tokenizer.encode_prompt("Hello 🚀"))
+
+
+async def test_ids_outside_the_vocabulary_are_the_callers_invalid_input(tokenizer: PromptTokenizer) -> None:
+    vocab = tokenizer.vocab_size
+    for ids, bad in (((1, -1, 5), [-1]), ((1, vocab, 7, vocab + 1), [vocab, vocab + 1])):
+        stages, sink = FakeStages(tokenizer, [[5]]), Sink()
+        await LlmPipeline(stages).run("r1", inputs(prompt="", prompt_token_ids=ids), sink)
+        assert sink.sent == [
+            (None, True, f"invalid input: input_ids holds ids outside the vocabulary [0, {vocab}): {bad}")
+        ]
+        assert stages.requests == [] and stages.preprocessed == []
+    # The vocabulary's last id is in it.
+    stages, sink = FakeStages(tokenizer, [[5]]), Sink()
+    await LlmPipeline(stages).run("r1", inputs(prompt="", prompt_token_ids=(0, vocab - 1)), sink)
+    assert sink.final()[1] is None and stages.requests[0].prompt_token_ids == (0, vocab - 1)
+
+
+@pytest.mark.parametrize(
+    ("tensors", "message"),
+    [
+        ({"text_input": np.array([b"hi"], dtype=np.object_), "input_ids": np.array([1, 5], dtype=np.int32)}, "both"),
+        ({}, "neither"),
+        ({"input_ids": np.array([], dtype=np.int32)}, "input_ids must not be empty"),
+        ({"input_ids": np.array([1.0, 5.0], dtype=np.float32)}, "input 'input_ids' must be integers"),
+    ],
+)
+async def test_the_prompt_is_text_or_ids_exactly_once(
+    tokenizer: PromptTokenizer, tensors: dict[str, np.ndarray], message: str
+) -> None:
+    sink = Sink()
+    src = DictTensorSource({**tensors, "max_tokens": np.array([3], dtype=np.int32)})
+    await LlmPipeline(FakeStages(tokenizer, [])).run("r1", src, sink)
+    [(outputs, final, error)] = sink.sent
+    assert outputs is None and final and error is not None
+    assert error.startswith("invalid input: ") and message in error
 
 
 async def test_bad_input_is_an_error_with_final(tokenizer: PromptTokenizer) -> None:

@@ -13,7 +13,9 @@ import pytest
 from bls.cpp_backend_tensors import CppBackendDialect
 from bls.engine_tensors import engine_output_tensors, parse_engine_request
 from bls.llm_pipeline import StageError
-from bls.tensors import Array, DictTensorSource, Outputs
+from bls.preprocessing import Preprocessor
+from bls.tensors import Array, DictTensorSource, InputError, Outputs
+from bls.tokenizer import PromptTokenizer
 from bls.triton_stages import TritonStages
 from engine.request import EngineRequest, FinishReason, RequestClass, RequestOutput, SamplingParams
 
@@ -211,3 +213,15 @@ async def test_switchyard_is_the_default_dialect(executor: ThreadPoolExecutor) -
     assert parse_engine_request("r1", DictTensorSource(pb.sent[0].inputs)) == REQUEST
     await stages.cancel("r1")
     assert (pb.sent[1].request_id, pb.sent[1].inputs["cancel_request_id"].tolist()) == ("", [b"r1"])
+
+
+def test_a_prompt_of_ids_is_taken_in_process_and_refused_without_a_tokenizer(
+    executor: ThreadPoolExecutor, tokenizer: PromptTokenizer
+) -> None:
+    pb = FakePbUtils(lambda sent: pytest.fail(f"no BLS call expected, got one to {sent.model_name}"))
+    stages = TritonStages(pb, "cpu_engine", executor, preprocessor=Preprocessor(tokenizer))
+    ids = tuple(tokenizer.encode_prompt("Hello world"))
+    assert stages.preprocess_tokenized(ids, ["world"]) == Preprocessor(tokenizer).run("Hello world", ["world"])
+    with pytest.raises(InputError, match="send the prompt as text_input"):
+        TritonStages(pb, "cpu_engine", executor).preprocess_tokenized(ids, ())
+    assert pb.sent == []

@@ -27,16 +27,19 @@ from bls.tensors import Array, DictTensorSource, Outputs
 from bls.tokenizer import StopTokenSequences
 from contracts.generation import GenerationDelta, GenerationRequest, Usage
 from contracts.llm_tensors import (
+    INPUT_IDS,
     LLM_INPUTS,
     LLM_OUTPUT_NAMES,
     LLM_OUTPUTS,
     PROMPT_TOKENS,
     SEED,
     STREAM,
+    TEXT_INPUT,
     TOP_K,
     LlmTensor,
 )
 from contracts.schemas import GenerateBody
+from contracts.token_ids import PackedTokenIds
 from engine.request import EngineRequest, FinishReason, RequestClass, RequestOutput, SamplingParams
 from router.triton_backend import build_inputs, parse_response
 
@@ -57,6 +60,8 @@ EVERY_OPTION = GenerationRequest(
     resume_token_ids=(3, 4),
     cache_namespace="team-a",
 )
+# What the gateway sends: the prompt as the token ids it encoded, in the text's place.
+TOKENIZED = dataclasses.replace(EVERY_OPTION, prompt_token_ids=PackedTokenIds.pack((1, 7, 8, 9)))
 
 
 def as_served(tensor: InferInput) -> Array:
@@ -85,6 +90,12 @@ def test_every_field_the_gateway_sends_arrives_in_the_bls_model() -> None:
     )
 
 
+def test_a_tokenized_prompt_arrives_as_its_ids_instead_of_its_text() -> None:
+    assert parse_llm_request(DictTensorSource(served(TOKENIZED))) == dataclasses.replace(
+        parse_llm_request(DictTensorSource(served(EVERY_OPTION))), prompt="", prompt_token_ids=(1, 7, 8, 9)
+    )
+
+
 def test_a_plain_request_reads_as_the_models_defaults() -> None:
     plain = GenerationRequest(request_id="r2", model_id="small", prompt="hi", max_tokens=3)
     assert parse_llm_request(DictTensorSource(served(plain))) == LlmRequest(
@@ -93,7 +104,10 @@ def test_a_plain_request_reads_as_the_models_defaults() -> None:
 
 
 def test_the_gateway_sends_every_input_with_the_tables_types() -> None:
-    inputs = {t.name(): t for t in build_inputs(EVERY_OPTION)}
+    as_text, as_ids = ({t.name(): t for t in build_inputs(request)} for request in (EVERY_OPTION, TOKENIZED))
+    # The prompt goes once: as its ids when the gateway has them, else as text.
+    assert set(as_text) - set(as_ids) == {TEXT_INPUT.name} and set(as_ids) - set(as_text) == {INPUT_IDS.name}
+    inputs = as_text | as_ids
     assert set(inputs) == {spec.name for spec in LLM_INPUTS}
     for spec in LLM_INPUTS:
         tensor = inputs[spec.name]
@@ -126,7 +140,11 @@ def test_each_input_names_the_request_field_it_carries() -> None:
     for spec in LLM_INPUTS:
         assert (spec.request_field in request_fields) == (spec is not STREAM), spec.name
         assert (spec.request_field in GenerateBody.model_fields) == (not spec.gateway_only), spec.name
-    assert [spec.name for spec in LLM_INPUTS if spec.gateway_only] == ["resume_token_ids", "cache_namespace"]
+    assert [spec.name for spec in LLM_INPUTS if spec.gateway_only] == [
+        "input_ids",
+        "resume_token_ids",
+        "cache_namespace",
+    ]
 
 
 @pytest.mark.parametrize("spec", [*LLM_INPUTS, *LLM_OUTPUTS], ids=lambda spec: spec.name)
@@ -161,6 +179,9 @@ class OneResponseStages:
     async def preprocess(self, prompt: str, stops: Sequence[str]) -> Preprocessed:
         return Preprocessed((1, 7, 8, 9), StopTokenSequences((), ()))
 
+    def preprocess_tokenized(self, input_ids: tuple[int, ...], stops: Sequence[str]) -> Preprocessed:
+        return Preprocessed(input_ids, StopTokenSequences((), ()))
+
     async def generate(self, request: EngineRequest) -> AsyncGenerator[RequestOutput, None]:
         yield RequestOutput(request.request_id, self.token_ids, True, FinishReason.LENGTH, 4, 2, len(self.token_ids))
 
@@ -194,10 +215,11 @@ class Result:
         return self._outputs.get(name)
 
 
-async def test_what_the_bls_model_answers_the_gateway_reads() -> None:
+@pytest.mark.parametrize("request_", [EVERY_OPTION, TOKENIZED], ids=["text", "token-ids"])
+async def test_what_the_bls_model_answers_the_gateway_reads(request_: GenerationRequest) -> None:
     sink = Sink()
     stages = OneResponseStages((5, 6, 7), "héllo")
-    await LlmPipeline(stages).run("r1", DictTensorSource(served(EVERY_OPTION)), sink)
+    await LlmPipeline(stages).run("r1", DictTensorSource(served(request_)), sink)
     [(outputs, final, error)] = sink.sent
     assert final and error is None and outputs is not None
     assert tuple(outputs) == LLM_OUTPUT_NAMES

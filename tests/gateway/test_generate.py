@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
+from tokenizers import Tokenizer
 
 from contracts.generation import BackendUnavailable, GenerationDelta, GenerationRequest, Usage
+from contracts.token_ids import PackedTokenIds
 
 PROMPT = "the quick brown fox"
 BODY = {"model": "small", "prompt": PROMPT, "max_tokens": 3}
@@ -39,7 +42,9 @@ async def test_generated_request_id_is_returned(client: httpx.AsyncClient, backe
     assert backend.requests[0].request_id == f"alpha/{request_id}"  # ids are the team's own
 
 
-async def test_body_reaches_the_backend_as_a_generation_request(client: httpx.AsyncClient, backend: Any) -> None:
+async def test_body_reaches_the_backend_as_a_generation_request(
+    client: httpx.AsyncClient, backend: Any, tokenizer_json: Path
+) -> None:
     body = {
         **BODY,
         "request_id": "r",
@@ -66,6 +71,8 @@ async def test_body_reaches_the_backend_as_a_generation_request(client: httpx.As
             seed=7,
             ignore_eos=True,
             cache_namespace="alpha",  # a team's prompts never hit another team's prefix cache
+            # The ids the context check encoded, sent in the prompt's place (never encoded again).
+            prompt_token_ids=PackedTokenIds.pack(Tokenizer.from_file(str(tokenizer_json)).encode(PROMPT).ids),
             prompt_tokens=4,  # for routing: the prompt is shorter than one block, so no prefix hashes
         )
     ]

@@ -179,6 +179,7 @@ async def test_another_teams_model_and_an_unknown_one(
         ([tensor("text_input", ["hi"], "BYTES")], "max_tokens"),
         (llm_inputs(cache_namespace=(["beta"], "BYTES")), "cache_namespace"),
         (llm_inputs(resume_token_ids=([1, 2], "INT32")), "resume_token_ids"),
+        (llm_inputs(input_ids=([1, 2], "INT32")), "input_ids"),  # the gateway encodes the text itself
         (llm_inputs(temperature=([5.0], "FP32")), "temperature"),
         (llm_inputs(request_class=(["urgent"], "BYTES")), "request_class"),
         (llm_inputs(stop=(["a", "b", "c", "d", "e"], "BYTES")), "stop"),
@@ -251,9 +252,12 @@ async def test_metadata_and_what_is_not_served(triton: triton_aio.InferenceServe
     metadata = await triton.get_model_metadata("small", headers=bearer(team_key), as_json=True)
     names = [item["name"] for item in metadata["inputs"]]
     assert names[:2] == ["text_input", "max_tokens"] and "cache_namespace" not in names
-    assert "resume_token_ids" not in names
+    assert "resume_token_ids" not in names and "input_ids" not in names
     config = await triton.get_model_config("small", headers=bearer(team_key), as_json=True)
     assert config["config"]["model_transaction_policy"]["decoupled"] is True
+    # The door's prompt is its text (`llm` may also take ids, but only from the gateway).
+    required = [item["name"] for item in config["config"]["input"] if not item.get("optional")]
+    assert required == ["text_input", "max_tokens"]
     with pytest.raises(InferenceServerException) as refused:
         await triton.get_model_repository_index(headers=bearer(team_key))
     assert refused.value.status() == "StatusCode.UNIMPLEMENTED" and "ModelInfer" in str(refused.value)

@@ -178,7 +178,11 @@ def as_served(tensor: InferInput) -> Any:
 
 def test_the_door_takes_exactly_the_tables_public_inputs() -> None:
     assert list(DOOR_INPUTS.values()) == [spec for spec in LLM_INPUTS if not spec.gateway_only]
-    assert {spec.name for spec in LLM_INPUTS if spec.gateway_only} == {"resume_token_ids", "cache_namespace"}
+    assert {spec.name for spec in LLM_INPUTS if spec.gateway_only} == {
+        "input_ids",
+        "resume_token_ids",
+        "cache_namespace",
+    }
     assert set(EVERY_PUBLIC_INPUT) == set(DOOR_INPUTS)
 
 

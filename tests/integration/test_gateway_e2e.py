@@ -7,12 +7,16 @@ What a team sees: streamed and whole replies, cancellation by DELETE and by clos
 from __future__ import annotations
 
 import json
+import queue
 import time
 from collections.abc import Iterator
 
 import httpx
+import numpy as np
 import pytest
+import tritonclient.grpc as tritonclient_grpc
 from prometheus_client.parser import text_string_to_metric_families
+from tritonclient.utils import np_to_triton_dtype
 
 from bench.live import read_kv_metrics
 from server_host.process import wait_until
@@ -76,6 +80,59 @@ def test_stream_and_whole_reply_agree(gateway_url: str, auth: dict[str, str], tr
     # Greedy: the stream concatenates to exactly the whole reply.
     assert "".join(deltas) == reply["text"]
     assert final["usage"] == reply["usage"]
+
+
+def _preprocessing_runs(triton_pool) -> int:  # type: ignore[no-untyped-def]
+    """How many requests the server's `preprocessing` model has executed (Triton's statistics)."""
+    client = tritonclient_grpc.InferenceServerClient(triton_pool.grpc_url)
+    try:
+        stats = client.get_inference_statistics("preprocessing", headers=triton_pool.headers)
+    finally:
+        client.close()
+    return int(stats.model_stats[0].inference_stats.success.count)
+
+
+def _text_reply_from_llm(triton_pool, prompt: str, max_tokens: int) -> tuple[str, int]:  # type: ignore[no-untyped-def]
+    """`llm`'s whole reply (text, prompt tokens) to `prompt` sent to Triton as text, greedily."""
+    tensors = {
+        "text_input": np.array([prompt.encode()], dtype=np.object_),
+        "max_tokens": np.array([max_tokens], dtype=np.int32),
+        "ignore_eos": np.array([True]),
+        "stream": np.array([False]),
+    }
+    inputs = []
+    for name, array in tensors.items():
+        tensor = tritonclient_grpc.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
+        tensor.set_data_from_numpy(array)
+        inputs.append(tensor)
+    results: queue.Queue[tuple[object, object]] = queue.Queue()
+    client = tritonclient_grpc.InferenceServerClient(triton_pool.grpc_url)
+    client.start_stream(callback=lambda result, error: results.put((result, error)), headers=triton_pool.headers)
+    try:
+        client.async_stream_infer("llm", inputs)
+        result, error = results.get(timeout=60)
+    finally:
+        client.stop_stream()
+        client.close()
+    assert error is None, error
+    return result.as_numpy("text_output")[0].decode(), int(result.as_numpy("prompt_tokens")[0])  # type: ignore[attr-defined]
+
+
+def test_the_gateway_sends_its_token_ids_and_gets_the_texts_reply(
+    gateway_url: str, auth: dict[str, str], triton_pool
+) -> None:  # type: ignore[no-untyped-def]
+    """The gateway tokenizes a prompt once, for its context check, and sends the ids: the server's
+    `preprocessing` never runs for it, and the reply is the one `llm` gives the prompt as text."""
+    prompt = "Héllo wörld </s><s>[INST] 中文 🚀 the quick brown fox. " * 40
+    body = {"model": triton_pool.model_id, "prompt": prompt, "max_tokens": 24, "ignore_eos": True}
+    before = _preprocessing_runs(triton_pool)
+    via_gateway = httpx.post(f"{gateway_url}/v1/generate", json=body, timeout=60, headers=auth)
+    assert via_gateway.status_code == 200, via_gateway.text
+    assert _preprocessing_runs(triton_pool) == before
+    text, prompt_tokens = _text_reply_from_llm(triton_pool, prompt, 24)
+    assert _preprocessing_runs(triton_pool) == before + 1
+    reply = via_gateway.json()
+    assert reply["text"] == text and reply["usage"]["prompt_tokens"] == prompt_tokens > 500
 
 
 def test_delete_cancels_and_frees_kv(gateway_url: str, auth: dict[str, str], triton_pool) -> None:  # type: ignore[no-untyped-def]

@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import time
 import urllib.request
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -38,9 +38,12 @@ def _tensor(name: str, array: np.ndarray) -> grpcclient.InferInput:
     return tensor
 
 
-def llm_inputs(prompt: str, max_tokens: int, **options: object) -> list[grpcclient.InferInput]:
+def llm_inputs(prompt: str | Sequence[int], max_tokens: int, **options: object) -> list[grpcclient.InferInput]:
+    """`llm`'s inputs; a prompt given as token ids goes as `input_ids` (the gateway's way)."""
     inputs = [
-        _tensor("text_input", np.array([prompt.encode()], dtype=np.object_)),
+        _tensor("text_input", np.array([prompt.encode()], dtype=np.object_))
+        if isinstance(prompt, str)
+        else _tensor("input_ids", np.array(prompt, dtype=np.int32)),
         _tensor("max_tokens", np.array([max_tokens], dtype=np.int32)),
     ]
     for name, value in options.items():
@@ -155,6 +158,45 @@ def test_stream_false_is_one_response_with_the_same_reply(triton_pool: TritonPoo
     assert (whole.text, whole.token_ids) == (streamed.text, streamed.token_ids)
 
 
+def preprocessing_runs(pool: TritonPool) -> int:
+    """How many requests the `preprocessing` model has executed (Triton's statistics)."""
+    import tritonclient.grpc as grpc_sync
+
+    client = grpc_sync.InferenceServerClient(pool.grpc_url)
+    try:
+        stats = client.get_inference_statistics("preprocessing", headers=pool.headers)
+    finally:
+        client.close()
+    return int(stats.model_stats[0].inference_stats.success.count)
+
+
+def test_a_prompt_sent_as_its_ids_gets_the_same_reply_without_preprocessing(
+    triton_pool: TritonPool, tokenizer: PromptTokenizer
+) -> None:
+    """The gateway's path: the ids it encoded for its context check, in the text's place. The
+    reply (text, token ids, usage), a stop string's cut and a failover's resume are the text's."""
+    ids = tokenizer.encode_prompt(PROMPT)
+    before = preprocessing_runs(triton_pool)
+    by_text = run(generate(triton_pool, llm_inputs(PROMPT, 40, ignore_eos=True)))
+    assert preprocessing_runs(triton_pool) == before + 1
+    by_ids = run(generate(triton_pool, llm_inputs(ids, 40, ignore_eos=True)))
+    assert preprocessing_runs(triton_pool) == before + 1  # no BLS call to `preprocessing`
+    assert by_ids.error is None and by_text.error is None
+    reply = (by_ids.text, by_ids.token_ids, by_ids.finish_reason, by_ids.prompt_tokens, by_ids.completion_tokens)
+    assert reply == (by_text.text, by_text.token_ids, "length", len(ids), 40)
+
+    start = next(i for i in range(5, 30) if by_text.text[i : i + 2].isascii() and by_text.text[i : i + 2].isprintable())
+    stop = [by_text.text[start : start + 2]]
+    cut_text, cut_ids = (
+        run(generate(triton_pool, llm_inputs(p, 40, ignore_eos=True, stop=stop))) for p in (PROMPT, ids)
+    )
+    assert cut_ids.finish_reason == "stop" and (cut_ids.text, cut_ids.token_ids) == (cut_text.text, cut_text.token_ids)
+
+    resumed = run(generate(triton_pool, llm_inputs(ids, 40, ignore_eos=True, resume_token_ids=by_text.token_ids[:10])))
+    assert resumed.error is None and resumed.token_ids == by_text.token_ids[10:]
+    assert by_text.text.endswith(resumed.text) and resumed.text
+
+
 def test_concurrent_streams_do_not_disturb_each_other(triton_pool: TritonPool) -> None:
     alone = run(generate(triton_pool, llm_inputs(PROMPT, 30, ignore_eos=True)))
 
@@ -257,6 +299,10 @@ def test_engine_metrics_are_exported(triton_pool: TritonPool) -> None:
         (llm_inputs(PROMPT, 5, top_p=0), "top_p"),
         (llm_inputs(PROMPT, 3, resume_token_ids=[5, 6, 7]), "nothing to generate"),  # the engine refuses
         ([_tensor("text_input", np.array([b"hi"], dtype=np.object_))], "max_tokens"),  # Triton itself refuses
+        (llm_inputs([1, 5, 10**6], 5), "invalid input: input_ids holds ids outside the vocabulary [0, 512): [1000000]"),
+        (llm_inputs([1, -3], 5), "invalid input: input_ids holds ids outside the vocabulary [0, 512): [-3]"),
+        (llm_inputs(PROMPT, 5)[1:], "exactly one of 'text_input' (text) and 'input_ids' (its token ids), got neither"),
+        (llm_inputs(PROMPT, 5) + llm_inputs([1, 5], 5)[:1], "got both"),
     ],
 )
 def test_bad_input_is_an_error_not_a_hang(

@@ -23,6 +23,7 @@ from contracts.generation import (
     RequestRejected,
     Usage,
 )
+from contracts.token_ids import PackedTokenIds
 from router.triton_backend import TritonBackend, build_inputs
 
 REQUEST = GenerationRequest(request_id="r1", model_id="small", prompt="héllo", max_tokens=5)
@@ -142,6 +143,22 @@ def test_inputs_of_a_plain_request() -> None:
         "stream": ("BOOL", [1], [True]),
         "request_class": ("BYTES", [1], ["interactive"]),
     }
+
+
+def test_a_tokenized_prompt_goes_as_its_ids_in_place_of_its_text() -> None:
+    """The gateway's request carries the ids its context check encoded: `llm` gets those and no
+    text, so its server never tokenizes the prompt again."""
+    ids = [1, 300, 2**31 - 1, 0]
+    tokenized = replace(REQUEST, prompt_token_ids=PackedTokenIds.pack(ids))
+    assert tensors(build_inputs(tokenized)) == {
+        "input_ids": ("INT32", [4], ids),
+        "max_tokens": ("INT32", [1], [5]),
+        "stream": ("BOOL", [1], [True]),
+        "request_class": ("BYTES", [1], ["interactive"]),
+    }
+    # A failover's resume sends the same ids again, with the tokens the client already has.
+    resumed = tensors(build_inputs(replace(tokenized, resume_token_ids=(7, 8))))
+    assert resumed["input_ids"] == ("INT32", [4], ids) and "text_input" not in resumed
 
 
 def test_inputs_of_a_request_with_every_option() -> None:
