@@ -38,6 +38,7 @@ from typing import Any, Literal, TypeVar
 from jinja2 import TemplateError
 from pydantic import BaseModel, ValidationError
 
+from contracts.caller_echo import echoed
 from contracts.catalog import ServedModel
 from contracts.chat_template import ChatMessage, TemplateRaised
 from contracts.errors import ApiError, describe_validation_errors
@@ -154,12 +155,13 @@ class LineValidator:
     def _openai(self, line: dict[str, Any]) -> tuple[dict[str, Any], int]:
         for field in line:
             if field not in _OPENAI_FIELDS:
-                raise _Rejected("invalid_request", f"unknown field {field!r}: a line holds {', '.join(_OPENAI_FIELDS)}")
+                message = f"unknown field {echoed(field)}: a line holds {', '.join(_OPENAI_FIELDS)}"
+                raise _Rejected("invalid_request", message)
         method, url, body = line.get("method"), line.get("url"), line.get("body")
         if method != "POST":
-            raise _Rejected("invalid_request", f"method must be 'POST'; got {method!r}")
+            raise _Rejected("invalid_request", f"method must be 'POST'; got {echoed(method)}")
         if url != self.endpoint:
-            raise _Rejected("invalid_request", f"url must be the batch's endpoint {self.endpoint!r}; got {url!r}")
+            raise _Rejected("invalid_request", f"url must be the batch's endpoint {self.endpoint!r}; got {echoed(url)}")
         if not isinstance(body, dict):
             raise _Rejected("invalid_request", f"body must be a JSON object (the request); got {_kind(body)}")
         if body.get("stream") is True:
@@ -218,7 +220,7 @@ class LineValidator:
         if model_id != self.model.model_id:
             raise _Rejected(
                 "invalid_request",
-                f"body.model must be the batch's model {self.model.model_id!r}; got {model_id!r}",
+                f"body.model must be the batch's model {self.model.model_id!r}; got {echoed(model_id)}",
             )
 
 
@@ -271,9 +273,8 @@ def _describe(exc: ValidationError) -> str:
     """The gateway's own wording, except for unknown fields, whose list of known ones would be
     the native route's and so wrong for OpenAI bodies."""
     errors = exc.errors(include_url=False)
-    parts = [
-        f"unknown field {'.'.join(map(str, e['loc']))!r}: remove it" for e in errors if e["type"] == "extra_forbidden"
-    ]
+    unknown = [".".join(map(str, e["loc"])) for e in errors if e["type"] == "extra_forbidden"]
+    parts = [f"unknown field {echoed(field)}: remove it" for field in unknown]
     rest = [e for e in errors if e["type"] != "extra_forbidden"]
     if rest:
         parts.append(describe_validation_errors(rest)[0])
@@ -283,7 +284,7 @@ def _describe(exc: ValidationError) -> str:
 def _unknown_native_field(field: str) -> str:
     if field == "model":
         return "unknown field 'model': the batch sets the model for every line; remove it"
-    return f"unknown field {field!r}: remove it (a line holds {', '.join(_NATIVE_FIELDS)})"
+    return f"unknown field {echoed(field)}: remove it (a line holds {', '.join(_NATIVE_FIELDS)})"
 
 
 def _kind(value: object) -> str:

@@ -13,6 +13,8 @@ import math
 import re
 from datetime import datetime
 
+from contracts.caller_echo import echoed
+
 _UNIT_S = {"d": 86400, "h": 3600, "m": 60, "s": 1}
 # Units in falling order, each at most once, spaces allowed between them: "1h30m", "1h 30m".
 # At most 12 digits each (more is no deadline anyone keeps), so the sum stays a plain number.
@@ -33,16 +35,16 @@ def parse_deadline(value: str | None, now: float, max_s: float) -> float:
     seconds = _duration_s(text)
     if seconds is not None:
         if seconds == 0:
-            raise ValueError(f"deadline {text!r} is no time at all: give a duration such as '24h'")
+            raise ValueError(f"deadline {echoed(text)} is no time at all: give a duration such as '24h'")
         if seconds > max_s:  # compared as integers: never overflows a float
-            raise ValueError(f"deadline must be within {_duration_text(max_s)} (got {text!r})")
+            raise ValueError(f"deadline must be within {_duration_text(max_s)} (got {echoed(text)})")
         deadline = now + seconds
     else:
         deadline = _rfc3339(text)
         if deadline <= now:
-            raise ValueError(f"deadline {text!r} is in the past")
+            raise ValueError(f"deadline {echoed(text)} is in the past")
     if deadline > now + max_s:
-        raise ValueError(f"deadline must be within {_duration_text(max_s)} (got {text!r})")
+        raise ValueError(f"deadline must be within {_duration_text(max_s)} (got {echoed(text)})")
     return deadline
 
 
@@ -76,11 +78,11 @@ def _rfc3339(text: str) -> float:
         moment = datetime.fromisoformat(text)
     except ValueError:
         raise ValueError(
-            f"deadline {text!r} is neither a duration (e.g. '90s', '30m', '1h30m', '24h', '1d') "
+            f"deadline {echoed(text)} is neither a duration (e.g. '90s', '30m', '1h30m', '24h', '1d') "
             "nor an RFC 3339 time (e.g. '2026-11-30T09:00:00Z')"
         ) from None
     if moment.tzinfo is None:
-        raise ValueError(f"deadline {text!r} has no time zone: end it with 'Z' or an offset such as '+02:00'")
+        raise ValueError(f"deadline {echoed(text)} has no time zone: end it with 'Z' or an offset such as '+02:00'")
     return moment.timestamp()
 
 

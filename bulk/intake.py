@@ -34,6 +34,7 @@ from bulk.results import Outcome, ResultStore, input_key, invalid_key, output_re
 from bulk.retention import Retention, RetentionPolicy
 from bulk.storage_quota import Reservation, StorageQuota
 from config.settings import SwitchyardConfig
+from contracts.caller_echo import echoed
 from contracts.catalog import ModelCatalog
 from contracts.chat_template import ChatMessage, ChatTemplates
 
@@ -44,7 +45,7 @@ def make_validator(
     """The validator of one batch's lines: the same at upload and when the dispatcher re-reads them."""
     model = catalog.get(model_id)
     if model is None:
-        raise LookupError(f"model {model_id!r} is not configured")
+        raise LookupError(f"model {echoed(model_id)} is not configured")
 
     def render(messages: list[ChatMessage]) -> str:
         return templates.render(model, messages)

@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING
 from python_multipart.exceptions import FormParserError
 from python_multipart.multipart import MultipartParser, parse_options_header
 
+from contracts.caller_echo import echoed
+
 if TYPE_CHECKING:
     from python_multipart.multipart import MultipartCallbacks
 
@@ -67,7 +69,7 @@ class MultipartReader:
         if kind != b"multipart/form-data":
             raise MultipartError(
                 f"send the batch as multipart/form-data with the JSONL file in a {file_field!r} part; "
-                f"got Content-Type {content_type!r}"
+                f"got Content-Type {echoed(content_type)}"
             )
         boundary = options.get(b"boundary")
         if not boundary:
@@ -175,14 +177,14 @@ class MultipartReader:
         name = _text(raw_name)
         if name == self._file_field:
             if self._before is not None:
-                raise MultipartError(f"the form holds more than one {name!r} part: send one file per batch")
+                raise MultipartError(f"the form holds more than one {echoed(name)} part: send one file per batch")
             raw_filename = options.get(b"filename")
             self.filename = None if raw_filename is None else _text(raw_filename)
             self._before = dict(self._fields)
         elif b"filename" in options:
-            raise MultipartError(f"unexpected file part {name!r}: send the JSONL file as {self._file_field!r}")
+            raise MultipartError(f"unexpected file part {echoed(name)}: send the JSONL file as {self._file_field!r}")
         elif name in self._fields:
-            raise MultipartError(f"form field {name!r} is given twice")
+            raise MultipartError(f"form field {echoed(name)} is given twice")
         elif len(self._fields) >= self._max_fields:
             raise MultipartError(f"the form holds more than {self._max_fields} fields")
         else:
@@ -196,7 +198,7 @@ class MultipartReader:
             return
         if len(self._text) + end - start > self._max_field_bytes:
             limit_kb = self._max_field_bytes // 1024
-            raise MultipartError(f"form field {self._part_name!r} is larger than {limit_kb} KB")
+            raise MultipartError(f"form field {echoed(self._part_name)} is larger than {limit_kb} KB")
         self._text += data[start:end]
 
     def _on_part_end(self) -> None:
@@ -207,7 +209,7 @@ class MultipartReader:
         try:
             self._fields[name] = self._text.decode("utf-8")
         except UnicodeDecodeError:
-            raise MultipartError(f"form field {name!r} is not UTF-8 text") from None
+            raise MultipartError(f"form field {echoed(name)} is not UTF-8 text") from None
         if self._before is not None:
             self._late.append(name)
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, get_args
 
+from contracts.caller_echo import ECHO_CHARS, echoed
 from contracts.generation import BackendError, BackendUnavailable
 from contracts.schemas import FIELD_HINTS, ErrorType
 
@@ -101,7 +102,7 @@ def model_not_found(model_id: str, served: Sequence[str]) -> ApiError:
     return ApiError(
         404,
         "not_found_error",
-        f"model {model_id!r} is not served here; use one of: {', '.join(served)} (GET /v1/models)",
+        f"model {echoed(model_id)} is not served here; use one of: {', '.join(served)} (GET /v1/models)",
         "model",
         code="model_not_found",
     )
@@ -109,7 +110,7 @@ def model_not_found(model_id: str, served: Sequence[str]) -> ApiError:
 
 def request_not_found(request_id: str) -> ApiError:
     return ApiError(
-        404, "not_found_error", f"no request {request_id!r} is in flight", "request_id", code="request_not_found"
+        404, "not_found_error", f"no request {echoed(request_id)} is in flight", "request_id", code="request_not_found"
     )
 
 
@@ -118,7 +119,7 @@ def request_conflict(request_id: str, reason: str) -> ApiError:
     return ApiError(
         409,
         "invalid_request_error",
-        f"request_id {request_id!r} {reason}",
+        f"request_id {echoed(request_id)} {reason}",
         "request_id",
         {"X-Request-Id": request_id},
         code="request_id_conflict",
@@ -145,7 +146,8 @@ def describe_validation_errors(errors: Sequence[Any]) -> tuple[str, str | None]:
         field = ".".join(loc)
         messages.append(_describe(error, field, loc[0] if loc else ""))
         if field:
-            params.append(field)
+            # A field's path holds the caller's keys (an unknown field, a metadata key): cut too.
+            params.append(field if len(field) <= ECHO_CHARS else echoed(field))
     return "; ".join(dict.fromkeys(messages)), (params[0] if params else None)
 
 
@@ -172,22 +174,18 @@ def _describe(error: Mapping[str, Any], field: str, top_field: str) -> str:
     if not field:
         return "request body must be a JSON object"
     if kind == "extra_forbidden":
-        return f"unknown field {field!r}: remove it (known fields: {', '.join(FIELD_HINTS)})"
+        return f"unknown field {echoed(field)}: remove it (known fields: {', '.join(FIELD_HINTS)})"
     hint = FIELD_HINTS.get(top_field)
     if kind == "missing":
-        return f"{field!r} is required" + (f": {hint}" if hint else "")
-    got = _shorten(repr(error.get("input")))
+        return f"{echoed(field)} is required" + (f": {hint}" if hint else "")
+    got = echoed(error.get("input"))
     reason = str(error.get("msg", "invalid value"))
     if not hint:
-        return f"{field!r}: {reason}; got {got}"
+        return f"{echoed(field)}: {reason}; got {got}"
     if kind in _SAID_BY_HINT:
-        return f"{field!r} must be {hint}; got {got}"
-    return f"{field!r} must be {hint}; got {got} ({reason[0].lower()}{reason[1:]})"
+        return f"{echoed(field)} must be {hint}; got {got}"
+    return f"{echoed(field)} must be {hint}; got {got} ({reason[0].lower()}{reason[1:]})"
 
 
 # Error kinds whose pydantic message only repeats what the field's hint already says.
 _SAID_BY_HINT = frozenset({"value_error", "literal_error", "bool_type", "string_type"})
-
-
-def _shorten(text: str, limit: int = 40) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."

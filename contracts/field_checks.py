@@ -4,14 +4,16 @@ meaning once converted to the `llm` tensor's dtype (contracts/llm_tensors.py).
 Why at the edge: what passes here goes to a model server as is. A value the server refuses
 (top_p 1e-50 is 0.0 as FP32, which the engine refuses) used to read as a server failure, and a
 text that cannot be encoded as UTF-8 (JSON may spell a lone surrogate, "\\ud800") as a 500.
+Each bound is the OpenAPI document's too (`minimum`, `maxLength`, ...), so what the document
+admits the gateway takes, and what it refuses the gateway refuses.
 
     field        tensor  accepted here (= what the engine accepts after conversion)
     max_tokens   INT32   1 .. 2^31-1 (and prompt + max_tokens within the context, later)
     temperature  FP32    0 .. 2, finite
-    top_p        FP32    (0, 1] after conversion: at least the smallest positive FP32
+    top_p        FP32    MIN_TOP_P (the smallest positive FP32, ~1.4e-45) .. 1
     top_k        INT32   0 .. 2^31-1
     seed         INT64   -2^63 .. 2^63-1
-    stop         BYTES   at most MAX_STOP_STRINGS strings of 1..MAX_STOP_CHARS characters
+    stop         BYTES   a string or at most MAX_STOP_STRINGS strings of 1..MAX_STOP_CHARS characters
     any text     BYTES   valid Unicode (no lone surrogates), so it encodes to UTF-8
 """
 
@@ -24,6 +26,8 @@ import numpy as np
 from pydantic import BaseModel, field_validator
 from pydantic_core import PydanticCustomError
 
+from contracts.caller_echo import echoed
+
 MAX_STOP_STRINGS = 4
 # A stop string is tokenized by the model server and searched for in every delta: bounded so
 # that one request's stop strings cost the server what any other request's do.
@@ -34,7 +38,9 @@ MAX_METADATA_PAIRS = 16
 MAX_METADATA_KEY_CHARS = 64
 MAX_METADATA_VALUE_CHARS = 512
 
-# The smallest top_p that is still above 0 as FP32 (the engine refuses 0).
+# The smallest top_p that is still above 0 as FP32 (the engine refuses 0). Below it a value is
+# refused even where FP32 would round it up (1e-45 is 1.4e-45 as FP32): the bound is one number,
+# the same in the document and here.
 MIN_TOP_P = float(np.nextafter(np.float32(0), np.float32(1)))
 
 
@@ -57,7 +63,7 @@ def unicode_problem(value: object) -> str | None:
         for key, item in value.items():
             problem = unicode_problem(key) or unicode_problem(item)
             if problem is not None:
-                return f"key {key!r}: {problem}" if isinstance(key, str) else problem
+                return f"key {echoed(key)}: {problem}" if isinstance(key, str) else problem
     return None
 
 
@@ -77,10 +83,14 @@ class UnicodeChecked(BaseModel):
         return value
 
 
-def top_p_as_fp32(value: float) -> float:
-    """`top_p` must stay above 0 once it is an FP32 (AfterValidator)."""
-    if float(np.float32(value)) <= 0.0:
-        raise PydanticCustomError("float32_underflow", f"is 0 as a 32-bit float: send at least {MIN_TOP_P:.3g}")
+def top_p_floor(value: float) -> float:
+    """`top_p` at least MIN_TOP_P (AfterValidator): below it the engine's FP32 tensor would hold 0,
+    or a value FP32 rounds up to it, which the document's `minimum` does not admit either."""
+    if value < MIN_TOP_P:
+        raise PydanticCustomError(
+            "below_float32_minimum", "is below the smallest positive 32-bit float: send at least {minimum}",
+            {"minimum": MIN_TOP_P},
+        )  # fmt: skip
     return value
 
 
@@ -110,11 +120,12 @@ def metadata_bounds(metadata: dict[str, str] | None) -> dict[str, str] | None:
         if len(key) > MAX_METADATA_KEY_CHARS:
             raise PydanticCustomError(
                 "metadata_too_large",
-                f"key {key[:16]!r}... has {len(key)} characters; at most {MAX_METADATA_KEY_CHARS} are allowed",
+                f"key {echoed(key)} is too long: at most {MAX_METADATA_KEY_CHARS} characters are allowed",
             )
         if len(value) > MAX_METADATA_VALUE_CHARS:
             raise PydanticCustomError(
                 "metadata_too_large",
-                f"the value of {key!r} has {len(value)} characters; at most {MAX_METADATA_VALUE_CHARS} are allowed",
+                f"the value of {echoed(key)} has {len(value):,} characters; "
+                f"at most {MAX_METADATA_VALUE_CHARS} are allowed",
             )
     return metadata

@@ -17,38 +17,20 @@ Responses are OpenAI's objects: `text_completion`, `chat.completion` and, stream
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
 
-from contracts.field_checks import MAX_STOP_STRINGS, UnicodeChecked, stop_lengths, top_p_as_fp32
+from contracts.caller_echo import echoed
+from contracts.field_checks import UnicodeChecked
 from contracts.generation import Usage
-from contracts.schemas import INT32_MAX, INT64_MAX, INT64_MIN
+from contracts.neutral_values import Neutral
+from contracts.prompt_encoding import LITERAL_CLOSE, LITERAL_OPEN
+from contracts.schemas import INT32_MAX, INT64_MAX, INT64_MIN, StopList, TopP
 
 FinishReason = Literal["stop", "length"]
 ChatRole = Literal["system", "developer", "user", "assistant"]
-
-
-def _neutral(*allowed: object) -> AfterValidator:
-    """Accept a field this gateway cannot honour only at null or one of its `allowed` no-op values."""
-    shown = " or ".join(["null", *(json.dumps(value) for value in allowed)])
-
-    def check(value: object) -> object:
-        if value is None or any(value == a and type(value) is type(a) for a in allowed):
-            return value
-        raise PydanticCustomError(
-            "unsupported_value", "not supported by this gateway: omit it or send {shown}", {"shown": shown}
-        )
-
-    return AfterValidator(check)
-
-
-def _stop_as_list(value: object) -> object:
-    if value is None:
-        return []
-    return [value] if isinstance(value, str) else value
 
 
 def _one_prompt(value: object) -> object:
@@ -64,6 +46,18 @@ def _one_prompt(value: object) -> object:
     return value[0]
 
 
+# Chat text as the document shows it: without the two noncharacters the chat template keeps for
+# itself (contracts/prompt_encoding.py), which a message holding them is refused for.
+ChatText = Annotated[str, Field(pattern=f"^[^{LITERAL_OPEN}{LITERAL_CLOSE}]*$")]
+
+
+class TextPart(BaseModel):
+    """One part of a message's content as the document shows it: text only (others are refused)."""
+
+    type: Literal["text"]
+    text: ChatText
+
+
 def _text_content(value: object) -> object:
     """Message content: a string, or a list of text parts joined by newlines (as vLLM does)."""
     if not isinstance(value, list):
@@ -71,19 +65,14 @@ def _text_content(value: object) -> object:
     texts: list[str] = []
     for part in value:
         if not (isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)):
-            kind = part.get("type") if isinstance(part, dict) else type(part).__name__
-            raise PydanticCustomError("text_only", "only text parts are supported, not '{kind}'", {"kind": kind})
+            kind = echoed(part.get("type")) if isinstance(part, dict) else type(part).__name__
+            raise PydanticCustomError("text_only", "only text parts are supported, not {kind}", {"kind": kind})
         texts.append(part["text"])
     return "\n".join(texts)
 
 
 NonEmptyStr = Annotated[str, Field(min_length=1)]
-StopList = Annotated[
-    list[NonEmptyStr],
-    BeforeValidator(_stop_as_list, json_schema_input_type=str | list[str] | None),
-    Field(max_length=MAX_STOP_STRINGS),
-    AfterValidator(stop_lengths),
-]
+OnePrompt = Field(min_length=1, max_length=1)  # a list of prompts is taken when it holds one
 MaxTokens = Annotated[int, Field(ge=1, le=INT32_MAX)]
 
 # A reply without max_tokens may run this long, lowered to what the model's context and the
@@ -124,17 +113,17 @@ class _OpenAIRequest(UnicodeChecked):
     stream_options: StreamOptions | None = None
     stop: StopList = Field(default_factory=list)
     temperature: Annotated[float, Field(ge=0.0, le=2.0)] | None = None
-    top_p: Annotated[float, Field(gt=0.0, le=1.0), AfterValidator(top_p_as_fp32)] | None = None
+    top_p: TopP | None = None
     seed: Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX)] | None = None
-    n: Annotated[Any, _neutral(1)] = None
+    n: Annotated[Any, Neutral(1)] = None
     user: str | None = None
     # Extensions (vLLM's names): pass them through the SDK's `extra_body`.
     top_k: Annotated[int, Field(ge=0, le=INT32_MAX)] | None = None
     ignore_eos: bool | None = None
     # OpenAI fields this gateway cannot honour, accepted at their neutral value.
-    presence_penalty: Annotated[Any, _neutral(0, 0.0)] = None
-    frequency_penalty: Annotated[Any, _neutral(0, 0.0)] = None
-    logit_bias: Annotated[Any, _neutral({})] = None
+    presence_penalty: Annotated[Any, Neutral(0, 0.0)] = None
+    frequency_penalty: Annotated[Any, Neutral(0, 0.0)] = None
+    logit_bias: Annotated[Any, Neutral({})] = None
 
     @field_validator("stream_options")
     @classmethod
@@ -153,12 +142,16 @@ class CompletionRequest(_OpenAIRequest):
 
     default_max_tokens: ClassVar[int] = COMPLETIONS_DEFAULT_MAX_TOKENS  # OpenAI's
 
-    prompt: Annotated[str, BeforeValidator(_one_prompt, json_schema_input_type=str | list[str]), Field(min_length=1)]
+    prompt: Annotated[
+        str,
+        BeforeValidator(_one_prompt, json_schema_input_type=NonEmptyStr | Annotated[list[NonEmptyStr], OnePrompt]),
+        Field(min_length=1),
+    ]
     max_tokens: MaxTokens | None = _max_tokens_field(COMPLETIONS_DEFAULT_MAX_TOKENS)
-    logprobs: Annotated[Any, _neutral()] = None
-    echo: Annotated[Any, _neutral(False)] = None
-    best_of: Annotated[Any, _neutral(1)] = None
-    suffix: Annotated[Any, _neutral("")] = None
+    logprobs: Annotated[Any, Neutral()] = None
+    echo: Annotated[Any, Neutral(False)] = None
+    best_of: Annotated[Any, Neutral(1)] = None
+    suffix: Annotated[Any, Neutral("")] = None
 
     @property
     def completion_limit(self) -> int | None:
@@ -172,11 +165,11 @@ class ChatMessageIn(UnicodeChecked):
     model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
 
     role: ChatRole
-    content: Annotated[str, BeforeValidator(_text_content, json_schema_input_type=str | list[dict[str, str]])]
+    content: Annotated[str, BeforeValidator(_text_content, json_schema_input_type=ChatText | list[TextPart])]
     name: str | None = None  # accepted, not shown to the model (templates have no place for it)
-    refusal: Annotated[Any, _neutral()] = None
-    tool_calls: Annotated[Any, _neutral([])] = None
-    function_call: Annotated[Any, _neutral()] = None
+    refusal: Annotated[Any, Neutral()] = None
+    tool_calls: Annotated[Any, Neutral([])] = None
+    function_call: Annotated[Any, Neutral()] = None
 
 
 class ChatCompletionRequest(_OpenAIRequest):
@@ -190,14 +183,14 @@ class ChatCompletionRequest(_OpenAIRequest):
     max_completion_tokens: MaxTokens | None = _max_tokens_field(
         CHAT_DEFAULT_MAX_TOKENS, "OpenAI's newer name for max_tokens (both given must agree)"
     )
-    logprobs: Annotated[Any, _neutral(False)] = None
-    top_logprobs: Annotated[Any, _neutral(0)] = None
-    tools: Annotated[Any, _neutral([])] = None
-    tool_choice: Annotated[Any, _neutral("none")] = None
+    logprobs: Annotated[Any, Neutral(False)] = None
+    top_logprobs: Annotated[Any, Neutral(0)] = None
+    tools: Annotated[Any, Neutral([])] = None
+    tool_choice: Annotated[Any, Neutral("none")] = None
     parallel_tool_calls: bool | None = None  # meaningless without tools
-    response_format: Annotated[Any, _neutral({"type": "text"})] = None
-    service_tier: Annotated[Any, _neutral("auto", "default")] = None
-    store: Annotated[Any, _neutral(False)] = None
+    response_format: Annotated[Any, Neutral({"type": "text"})] = None
+    service_tier: Annotated[Any, Neutral("auto", "default")] = None
+    store: Annotated[Any, Neutral(False)] = None
     metadata: dict[str, str] | None = None  # only for stored completions, which there are none of
 
     @field_validator("max_completion_tokens")

@@ -8,9 +8,16 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 
-from contracts.field_checks import MAX_STOP_CHARS, MAX_STOP_STRINGS, UnicodeChecked, stop_lengths, top_p_as_fp32
+from contracts.field_checks import (
+    MAX_STOP_CHARS,
+    MAX_STOP_STRINGS,
+    MIN_TOP_P,
+    UnicodeChecked,
+    stop_lengths,
+    top_p_floor,
+)
 from contracts.generation import RequestClass
 
 INT32_MAX = 2**31 - 1
@@ -23,7 +30,7 @@ RequestId = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-
 
 
 def _stop_as_list(value: object) -> object:
-    """`stop` may be one string or a list of them; the model always holds a list."""
+    """`stop` may be one string, a list of them or null; the model always holds a list."""
     if value is None:
         return []
     if isinstance(value, str):
@@ -31,6 +38,33 @@ def _stop_as_list(value: object) -> object:
     if isinstance(value, list):
         return value
     raise ValueError(f"must be a string or a list of at most {MAX_STOP_STRINGS} strings")
+
+
+# One stop string as the document shows it (each form of `stop` holds the same ones). An empty
+# stop string is refused, not ignored: it would match everywhere, and a client that sends one
+# has a bug worth hearing about (the single-string form and the list's items alike).
+_StopText = Annotated[str, Field(min_length=1, max_length=MAX_STOP_CHARS)]
+StopList = Annotated[
+    list[Annotated[str, Field(min_length=1)]],
+    BeforeValidator(
+        _stop_as_list,
+        json_schema_input_type=_StopText | Annotated[list[_StopText], Field(max_length=MAX_STOP_STRINGS)] | None,
+    ),
+    Field(max_length=MAX_STOP_STRINGS),
+    AfterValidator(stop_lengths),
+]
+"""`stop` of every generation body: a string or a list of at most MAX_STOP_STRINGS strings of
+1..MAX_STOP_CHARS characters, or null (none)."""
+
+# `top_p` from the smallest positive FP32 to 1: below it, the engine's FP32 tensor holds 0 (which
+# it refuses). The document's `minimum` is this same number, so what it admits the gateway takes
+# and what it refuses the gateway refuses (with a message that names the number).
+TopP = Annotated[
+    float,
+    Field(le=1.0),
+    AfterValidator(top_p_floor),
+    WithJsonSchema({"type": "number", "minimum": MIN_TOP_P, "maximum": 1.0}),
+]
 
 
 class GenerateBody(UnicodeChecked):
@@ -42,17 +76,12 @@ class GenerateBody(UnicodeChecked):
     model: Annotated[str, Field(min_length=1)]
     prompt: Annotated[str, Field(min_length=1)]
     max_tokens: Annotated[int, Field(ge=1, le=INT32_MAX)]
-    stop: Annotated[
-        list[Annotated[str, Field(min_length=1)]],
-        BeforeValidator(_stop_as_list, json_schema_input_type=str | list[str]),
-        Field(max_length=MAX_STOP_STRINGS),
-        AfterValidator(stop_lengths),
-    ] = Field(default_factory=list)
+    stop: StopList = Field(default_factory=list)
     request_class: RequestClass | None = Field(None, alias="class")  # None: the team's default_class
     stream: bool = False
     request_id: RequestId | None = None
     temperature: Annotated[float, Field(ge=0.0, le=2.0)] | None = None
-    top_p: Annotated[float, Field(gt=0.0, le=1.0), AfterValidator(top_p_as_fp32)] | None = None
+    top_p: TopP | None = None
     top_k: Annotated[int, Field(ge=0, le=INT32_MAX)] | None = None
     seed: Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX)] | None = None
     ignore_eos: bool = False
@@ -149,7 +178,7 @@ FIELD_HINTS: dict[str, str] = {
     "stream": "true or false",
     "request_id": "1-128 characters from A-Z, a-z, 0-9 and . _ : -",
     "temperature": "a number from 0 to 2",
-    "top_p": "a number greater than 0 (as a 32-bit float) and at most 1",
+    "top_p": f"a number from {MIN_TOP_P!r} (the smallest positive 32-bit float) to 1",
     "top_k": f"an integer from 0 (off) to {INT32_MAX}",
     "seed": "a 64-bit integer",
     "ignore_eos": "true or false",

@@ -28,6 +28,7 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from config.settings import TeamSpec
+from contracts.caller_echo import echoed
 from contracts.errors import ApiError
 from contracts.schemas import TEAM_HEADER
 from gateway.edge_keys import KeyCache
@@ -91,7 +92,7 @@ def bearer_key(header: str | None) -> str:
     key = key.strip()
     if scheme.lower() != "bearer" or not key or " " in key:
         raise unauthorized(
-            f"the Authorization header must be 'Bearer KEY' (got scheme {scheme!r}); {_HOW_TO_GET_A_KEY}"
+            f"the Authorization header must be 'Bearer KEY' (got scheme {echoed(scheme)}); {_HOW_TO_GET_A_KEY}"
         )
     return key
 
@@ -114,7 +115,7 @@ async def resolve_principal(keys: KeyCache, key: str, acting_for: str | None) ->
         if acting_for is None:
             return Principal(team_id=None, is_admin=True)
         if acting_for not in store.teams:
-            raise forbidden(f"header {TEAM_HEADER} names unknown team {acting_for!r}", TEAM_HEADER)
+            raise forbidden(f"header {TEAM_HEADER} names unknown team {echoed(acting_for)}", TEAM_HEADER)
         return Principal(team_id=acting_for, is_admin=True, team=store.teams[acting_for])
     try:
         caller = await keys.caller(key)

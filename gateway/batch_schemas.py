@@ -12,12 +12,18 @@ import time
 from datetime import UTC, datetime
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema
 
 from bulk.batch_store import BatchRecord, BatchStatus
 from bulk.file_store import FileRecord
 from bulk.release_policy import DeadlineRisk
-from contracts.field_checks import UnicodeChecked, metadata_bounds
+from contracts.field_checks import (
+    MAX_METADATA_KEY_CHARS,
+    MAX_METADATA_PAIRS,
+    MAX_METADATA_VALUE_CHARS,
+    UnicodeChecked,
+    metadata_bounds,
+)
 
 
 class OutputExpiresAfter(BaseModel):
@@ -29,6 +35,20 @@ class OutputExpiresAfter(BaseModel):
     seconds: Annotated[int, Field(ge=3600, le=2_592_000)]
 
 
+# The document's `metadata`: OpenAI's bounds, which `metadata_bounds` keeps.
+_METADATA = {
+    "anyOf": [
+        {
+            "type": "object",
+            "maxProperties": MAX_METADATA_PAIRS,
+            "propertyNames": {"maxLength": MAX_METADATA_KEY_CHARS},
+            "additionalProperties": {"type": "string", "maxLength": MAX_METADATA_VALUE_CHARS},
+        },
+        {"type": "null"},
+    ]
+}
+
+
 class CreateBatchBody(UnicodeChecked):
     """POST /v1/batches with JSON: OpenAI's form, from an uploaded file."""
 
@@ -37,7 +57,7 @@ class CreateBatchBody(UnicodeChecked):
     input_file_id: Annotated[str, Field(min_length=1)]
     endpoint: Literal["/v1/completions", "/v1/chat/completions"]
     completion_window: str = "24h"  # OpenAI allows only "24h"; a shorter duration works here too
-    metadata: Annotated[dict[str, str] | None, AfterValidator(metadata_bounds)] = None
+    metadata: Annotated[dict[str, str] | None, AfterValidator(metadata_bounds), WithJsonSchema(_METADATA)] = None
     output_expires_after: OutputExpiresAfter | None = None  # default: bulk.output_file_ttl_s
 
 

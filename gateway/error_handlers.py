@@ -15,6 +15,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from contracts.caller_echo import echoed
 from contracts.errors import (
     ApiError,
     describe_validation_errors,
@@ -24,6 +25,7 @@ from contracts.errors import (
     validation_error_code,
 )
 from contracts.generation import BackendError, BackendUnavailable
+from gateway.allowed_methods import allowed_methods
 
 logger = logging.getLogger(__name__)
 
@@ -63,7 +65,7 @@ def install_error_handlers(app: FastAPI) -> None:
         code = validation_error_code(errors)
         content_type = request.headers.get("content-type", "")
         if param is None and "json" not in content_type:
-            message = f"send the body as JSON with 'Content-Type: application/json' (got {content_type!r})"
+            message = f"send the body as JSON with 'Content-Type: application/json' (got {echoed(content_type)})"
             code = "invalid_content_type"
         count(request, 400, "invalid_request_error")
         return error_response(400, "invalid_request_error", message, param, code=code)
@@ -72,6 +74,10 @@ def install_error_handlers(app: FastAPI) -> None:
         assert isinstance(exc, StarletteHTTPException)
         error_type = error_type_for(exc.status_code)
         count(request, exc.status_code, error_type)
+        methods = allowed_methods(request.app.routes, request.scope) if exc.status_code == 405 else []
+        if methods:  # Allow: every method the path serves, not only those of the route Starlette tried
+            message = f"{echoed(request.method)} is not served at this path; it serves {', '.join(methods)}"
+            return error_response(405, error_type, message, None, {**(exc.headers or {}), "Allow": ", ".join(methods)})
         return error_response(exc.status_code, error_type, str(exc.detail), None, exc.headers)
 
     async def on_backend_error(request: Request, exc: Exception) -> JSONResponse:

@@ -32,6 +32,7 @@ from fastapi.routing import APIRoute
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from config.settings import TeamSpec
+from contracts.caller_echo import echoed
 from contracts.catalog import ServedModel
 from contracts.errors import error_payload, invalid_request
 from contracts.generation import BackendError, RequestClass, Usage
@@ -68,7 +69,7 @@ def request_class_header(x_switchyard_class: Annotated[str | None, _CLASS_HEADER
     if x_switchyard_class == "bulk":
         return "bulk"
     raise invalid_request(
-        f"header {CLASS_HEADER} must be 'interactive' or 'bulk'; got {x_switchyard_class!r}", CLASS_HEADER
+        f"header {CLASS_HEADER} must be 'interactive' or 'bulk'; got {echoed(x_switchyard_class)}", CLASS_HEADER
     )
 
 
@@ -79,7 +80,8 @@ def request_id_header(x_request_id: Annotated[str | None, _REQUEST_ID_HEADER_DOC
         return _REQUEST_ID.validate_python(x_request_id)
     except ValidationError:
         raise invalid_request(
-            f"header {REQUEST_ID_HEADER} must be 1-128 characters from A-Z, a-z, 0-9 and . _ : -; got {x_request_id!r}",
+            f"header {REQUEST_ID_HEADER} must be 1-128 characters from A-Z, a-z, 0-9 and . _ : -; "
+            f"got {echoed(x_request_id)}",
             REQUEST_ID_HEADER,
         ) from None
 

@@ -25,6 +25,7 @@ import redis
 import redis.asyncio
 
 from config.settings import TeamSpec
+from contracts.caller_echo import echoed
 
 KEYS_HASH = "sy:keys"  # Redis hash: sha256 hex of a key -> team id
 KEY_PREFIX = "sy-"
@@ -35,7 +36,7 @@ class UnknownTeam(ValueError):
 
     def __init__(self, team_id: str, known: list[str]) -> None:
         configured = ", ".join(known) or "none"
-        super().__init__(f"unknown team {team_id!r}; teams in switchyard.yaml: {configured}")
+        super().__init__(f"unknown team {echoed(team_id)}; teams in switchyard.yaml: {configured}")
         self.team_id = team_id
 
 

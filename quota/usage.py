@@ -85,9 +85,30 @@ def once_key(record_id: str) -> str:
     return f"sy:usage:once:{record_id}"
 
 
+# What a datetime can hold, in UTC: a moment with an offset near either end (0001-01-01T00:30+01:00,
+# 9999-12-31T23:59-01:00) is a moment before or after it, and no datetime once in UTC.
+EARLIEST = datetime.min.replace(tzinfo=UTC)
+LATEST = datetime.max.replace(tzinfo=UTC)
+
+
 def as_utc(moment: datetime) -> datetime:
-    """`moment` in UTC; a naive datetime is taken to be UTC already."""
-    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+    """`moment` in UTC; a naive datetime is taken to be UTC already.
+
+    Raises ValueError (saying which range is accepted) for a moment outside EARLIEST..LATEST
+    once in UTC, which Python's datetime cannot hold (an OverflowError otherwise)."""
+    if moment.tzinfo is None:
+        return moment.replace(tzinfo=UTC)
+    try:
+        return moment.astimezone(UTC)
+    except OverflowError:
+        raise ValueError(f"{moment.isoformat()} is not within {UTC_RANGE_TEXT} once in UTC") from None
+
+
+def _utc_text(moment: datetime) -> str:
+    return moment.isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+UTC_RANGE_TEXT = f"{_utc_text(EARLIEST)} to {_utc_text(LATEST)}"
 
 
 def hour_start(moment: datetime) -> datetime:

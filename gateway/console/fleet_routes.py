@@ -15,6 +15,7 @@ import redis
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import RedirectResponse, Response
 
+from contracts.caller_echo import echoed
 from fleet_state.registry import ServerRegistry
 from gateway.console.access import AdminSessionDep, ConsoleDep, ConsoleRefusal, ConsoleState, check_csrf
 from gateway.console.fleet_view import PoolView, read_fleet
@@ -51,7 +52,7 @@ async def confirm_drain(
 ) -> Response:
     info = await servers.get(server_id)
     if info is None:
-        raise ConsoleRefusal(404, f"no server {server_id!r} in the fleet")
+        raise ConsoleRefusal(404, f"no server {echoed(server_id)} in the fleet")
     return console.pages.render(request, "drain.html", session, server=info)
 
 
@@ -65,5 +66,5 @@ async def drain(
 ) -> RedirectResponse:
     check_csrf(request, session, csrf)
     if not await servers.request_drain(server_id, time.time()):
-        raise ConsoleRefusal(404, f"no server {server_id!r} in the fleet")
+        raise ConsoleRefusal(404, f"no server {echoed(server_id)} in the fleet")
     return RedirectResponse("/console/fleet", status_code=303)

@@ -15,6 +15,7 @@ import redis
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import RedirectResponse, Response
 
+from contracts.caller_echo import echoed
 from gateway.console.access import ConsoleDep, ConsoleRefusal, OptionalSessionDep, SessionDep, check_csrf, check_origin
 from gateway.console.pages import static_file
 from gateway.console.sessions import COOKIE_NAME, COOKIE_PATH, MAX_KEY_CHARS
@@ -96,5 +97,5 @@ async def sign_out(
 async def console_static(name: str) -> Response:
     response = static_file(name)
     if response is None:
-        raise ConsoleRefusal(404, f"no console file {name!r}")
+        raise ConsoleRefusal(404, f"no console file {echoed(name)}")
     return response

@@ -16,6 +16,7 @@ import redis
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
+from contracts.caller_echo import echoed
 from gateway.console.access import ConsoleDep, ConsoleRefusal, SessionDep
 from gateway.console.charts import ChartSeries, colour, stacked_bars
 from gateway.console.sessions import ConsoleSession
@@ -43,7 +44,7 @@ def _team(session: ConsoleSession, asked: str | None, known: Collection[str]) ->
     if asked is None or asked == "":
         return None
     if asked not in known:
-        raise ConsoleRefusal(400, f"no team {asked!r} in switchyard.yaml")
+        raise ConsoleRefusal(400, f"no team {echoed(asked)} in switchyard.yaml")
     return asked
 
 

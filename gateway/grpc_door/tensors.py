@@ -32,6 +32,7 @@ import numpy as np
 from pydantic import ValidationError
 from tritonclient.grpc import service_pb2
 
+from contracts.caller_echo import ECHO_CHARS, echoed
 from contracts.errors import ApiError, invalid_request
 from contracts.generation import Usage
 from contracts.llm_tensors import (
@@ -87,7 +88,9 @@ def parse_request(request: service_pb2.ModelInferRequest) -> DoorRequest:
     """The request's tensors as a validated body; `ApiError` 400 (param: the tensor) otherwise."""
     for name in request.parameters:
         if name not in KNOWN_PARAMETERS:
-            raise invalid_request(f"request parameter {name!r} is not accepted here", name, "unknown_parameter")
+            raise invalid_request(
+                f"request parameter {echoed(name)} is not accepted here", name[:ECHO_CHARS], "unknown_parameter"
+            )
     raw = list(request.raw_input_contents)
     if raw and len(raw) != len(request.inputs):
         raise invalid_request(f"{len(raw)} raw input contents for {len(request.inputs)} inputs", "raw_input_contents")
@@ -98,8 +101,8 @@ def parse_request(request: service_pb2.ModelInferRequest) -> DoorRequest:
         spec = DOOR_INPUTS.get(tensor.name)
         if spec is None:
             raise invalid_request(
-                f"input {tensor.name!r} is not accepted at the door; inputs: {', '.join(DOOR_INPUTS)}",
-                tensor.name, "unknown_parameter",
+                f"input {echoed(tensor.name)} is not accepted at the door; inputs: {', '.join(DOOR_INPUTS)}",
+                tensor.name[:ECHO_CHARS], "unknown_parameter",
             )  # fmt: skip
         field = body_key(spec)
         if field in fields:
@@ -115,7 +118,7 @@ def parse_request(request: service_pb2.ModelInferRequest) -> DoorRequest:
     unknown = asked - set(LLM_OUTPUT_NAMES)
     if unknown:
         name = sorted(unknown)[0]
-        raise invalid_request(f"output {name!r} is not one of: {', '.join(LLM_OUTPUT_NAMES)}", name)
+        raise invalid_request(f"output {echoed(name)} is not one of: {', '.join(LLM_OUTPUT_NAMES)}", name[:ECHO_CHARS])
     outputs = tuple(name for name in LLM_OUTPUT_NAMES if not asked or name in asked)
     # `triton_enable_empty_final_response` needs nothing more: every reply ends with a response
     # that carries its finish reason and the final flag, as `llm`'s do.

@@ -28,8 +28,9 @@ from bulk.intake import BatchIntake
 from bulk.multipart_upload import MultipartError, MultipartReader
 from bulk.results import Outcome, errors_key, results_key
 from bulk.storage_quota import StorageQuotaExceeded
+from contracts.caller_echo import echoed
 from contracts.errors import ApiError, describe_validation_errors, invalid_request, model_not_found
-from contracts.schemas import error_responses
+from contracts.schemas import ErrorBody, error_responses
 from gateway.auth import Principal, PrincipalDep, require_model_access
 from gateway.batch_schemas import (
     BatchList,
@@ -53,7 +54,7 @@ def team_of(principal: Principal) -> str:
 
 
 def batch_not_found(batch_id: str) -> ApiError:
-    return ApiError(404, "not_found_error", f"no batch {batch_id!r} (GET /v1/batches lists yours)", "batch_id")
+    return ApiError(404, "not_found_error", f"no batch {echoed(batch_id)} (GET /v1/batches lists yours)", "batch_id")
 
 
 def refused(exc: IngestRefused | MultipartError) -> ApiError:
@@ -77,11 +78,19 @@ def _deadline(value: str | None, intake: BatchIntake) -> float:
         raise invalid_request(str(exc), "deadline") from None
 
 
+# What a refused upload is (files.py's too): the whole file is refused, and nothing is kept.
+UPLOAD_REFUSED = (
+    "The form or the file is refused: a field missing or malformed, a file that is not JSONL (one JSON "
+    "request per line, UTF-8) or holds no requests, a line the batch cannot run. Nothing is kept."
+)
+
+
 @router.post(
     "",
     response_model=BatchObject,
     status_code=202,
-    responses=error_responses(400, 403, 404, 413),
+    responses=error_responses(403, 404, 413)
+    | {400: {"model": ErrorBody, "description": f"{UPLOAD_REFUSED} Also: a deadline past the maximum."}},
     openapi_extra=CREATE_BATCH_BODY,
 )
 async def create_batch(
@@ -142,7 +151,8 @@ async def _from_json(
         raise invalid_request(*describe_validation_errors(exc.errors())) from None
     file = await intake.files.get_for_team(team_id, body.input_file_id)
     if file is None:
-        raise ApiError(404, "not_found_error", f"no file {body.input_file_id!r} (POST /v1/files)", "input_file_id")
+        message = f"no file {echoed(body.input_file_id)} (POST /v1/files)"
+        raise ApiError(404, "not_found_error", message, "input_file_id")
     if file.purpose != "batch":
         raise invalid_request(f"file {file.file_id!r} has purpose {file.purpose!r}; upload with purpose=batch")
     model_id = _model(await intake.first_model(file), catalog, principal)
@@ -161,17 +171,25 @@ def _model(model_id: str, catalog: CatalogDep, principal: Principal) -> str:
     return model_id
 
 
-@router.get("", response_model=BatchList, responses=error_responses(400))
+_LIST_REFUSED = (
+    "`limit` out of range, or `after` that names none of your batches (code `invalid_cursor`): not a "
+    "restart from the first page, which would show a client paging on the same batches twice."
+)
+
+
+@router.get("", response_model=BatchList, responses={400: {"model": ErrorBody, "description": _LIST_REFUSED}})
 async def list_batches(
     intake: IntakeDep,
     principal: PrincipalDep,
     limit: Annotated[int, Query(ge=1, le=100)] = 20,
-    after: str | None = None,
+    after: Annotated[
+        str | None, Query(min_length=1, description="the last_id of the previous page; omit it for the first")
+    ] = None,
 ) -> BatchList:
     team_id = team_of(principal)
     if after is not None and await intake.batches.get_for_team(team_id, after) is None:
         # Not a silent restart from the first page: a client paging on would see batches twice.
-        message = f"after={after!r} names none of your batches; pass the last_id of the previous page"
+        message = f"after={echoed(after)} names none of your batches; pass the last_id of the previous page"
         raise invalid_request(message, "after", "invalid_cursor")
     records = await intake.batches.list_for_team(team_id, limit + 1, after)
     data = [batch_object(record) for record in records[:limit]]

@@ -23,12 +23,13 @@ from bulk.file_store import FileRecord
 from bulk.ingest import IngestRefused
 from bulk.multipart_upload import MultipartError, MultipartReader
 from bulk.storage_quota import StorageQuotaExceeded
+from contracts.caller_echo import echoed
 from contracts.errors import ApiError, invalid_request
-from contracts.schemas import error_responses
+from contracts.schemas import ErrorBody, error_responses
 from gateway.auth import PrincipalDep
 from gateway.batch_schemas import FileDeleted, FileList, FileObject, FileStorage, file_object
 from gateway.deps import IntakeDep
-from gateway.routes.batches import JSONL, refused, team_of
+from gateway.routes.batches import JSONL, UPLOAD_REFUSED, refused, team_of
 from gateway.upload_bodies import UPLOAD_FILE_BODY
 
 router = APIRouter(prefix="/v1/files", tags=["files"])
@@ -42,7 +43,7 @@ _CONTENT_LENGTH = re.compile(r"[0-9]{1,15}")
 
 
 def file_not_found(file_id: str) -> ApiError:
-    return ApiError(404, "not_found_error", f"no file {file_id!r} (GET /v1/files lists yours)", "file_id")
+    return ApiError(404, "not_found_error", f"no file {echoed(file_id)} (GET /v1/files lists yours)", "file_id")
 
 
 def storage_refused(exc: StorageQuotaExceeded) -> ApiError:
@@ -56,9 +57,9 @@ def _expires_after_s(fields: dict[str, str], default_s: int) -> int:
     if anchor is None and seconds is None:
         return default_s
     if anchor != "created_at":
-        raise invalid_request(f"expires_after[anchor] must be 'created_at', got {anchor!r}", "expires_after")
+        raise invalid_request(f"expires_after[anchor] must be 'created_at', got {echoed(anchor)}", "expires_after")
     if seconds is None or not seconds.strip().isdigit() or len(seconds.strip()) > 9:
-        raise invalid_request(f"expires_after[seconds] must be an integer, got {seconds!r}", "expires_after")
+        raise invalid_request(f"expires_after[seconds] must be an integer, got {echoed(seconds)}", "expires_after")
     value = int(seconds)
     if not MIN_EXPIRES_AFTER_S <= value <= MAX_EXPIRES_AFTER_S:
         raise invalid_request(
@@ -74,7 +75,7 @@ def _check_form(fields: dict[str, str], *, complete: bool, default_ttl_s: int) -
     Returns the file's lifetime in seconds."""
     purpose = fields.get("purpose")
     if purpose is not None and purpose != "batch":
-        raise invalid_request(f"purpose must be 'batch', got {purpose!r}", "purpose")
+        raise invalid_request(f"purpose must be 'batch', got {echoed(purpose)}", "purpose")
     if complete and purpose is None:
         raise invalid_request("send purpose=batch with the file", "purpose")
     return _expires_after_s(fields, default_ttl_s)
@@ -85,7 +86,12 @@ def _content_length(request: Request) -> int | None:
     return int(raw) if _CONTENT_LENGTH.fullmatch(raw) else None
 
 
-@router.post("", response_model=FileObject, responses=error_responses(400, 413), openapi_extra=UPLOAD_FILE_BODY)
+_UPLOAD_ERRORS = error_responses(413) | {
+    400: {"model": ErrorBody, "description": f"{UPLOAD_REFUSED} Also: purpose other than batch, a bad expires_after."}
+}
+
+
+@router.post("", response_model=FileObject, responses=_UPLOAD_ERRORS, openapi_extra=UPLOAD_FILE_BODY)
 async def upload_file(request: Request, intake: IntakeDep, principal: PrincipalDep) -> FileObject:
     """Upload a batch input file (`purpose=batch`, JSONL; optional `expires_after[anchor]=created_at`
     and `expires_after[seconds]`, 3600 to 2592000). Its lines are validated when a batch uses it;

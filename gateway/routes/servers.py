@@ -12,6 +12,7 @@ import time
 from fastapi import APIRouter
 from pydantic import BaseModel
 
+from contracts.caller_echo import echoed
 from contracts.errors import ApiError
 from contracts.schemas import error_responses
 from fleet_state.registry import ServerInfo
@@ -57,8 +58,9 @@ async def drain_server(server_id: str, servers: ServerRegistryDep, _: AdminDep) 
     """Drain a server: the gateways stop routing to it at once; its replies finish; then its
     supervisor stops it and it leaves the registry (it is not restarted)."""
     if not await servers.request_drain(server_id, time.time()):
-        raise ApiError(404, "not_found_error", f"no server {server_id!r} (GET /admin/servers lists them)", "server_id")
+        message = f"no server {echoed(server_id)} (GET /admin/servers lists them)"
+        raise ApiError(404, "not_found_error", message, "server_id")
     info = await servers.get(server_id)
     if info is None:  # drained and gone already
-        raise ApiError(404, "not_found_error", f"server {server_id!r} has left the fleet", "server_id")
+        raise ApiError(404, "not_found_error", f"server {echoed(server_id)} has left the fleet", "server_id")
     return _body(info)

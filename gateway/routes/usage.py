@@ -2,7 +2,12 @@
 
 A team's key sees its own team, up to 31 days per query; the admin key sees every team (or
 one, with `team=`) over any range. Times are ISO 8601 or epoch seconds, UTC when no zone is
-given; hours overlapping [start, end) count. Default: today so far (UTC).
+given, from 0001-01-01T00:00:00Z to 9999-12-31T23:59:59Z once in UTC; hours overlapping
+[start, end) count. Default: today so far (UTC). Every refusal is a 400 that says which rule:
+
+    start or end outside the range once in UTC   (0001-01-01T00:30+01:00 is 0000-12-31 UTC)
+    end not after start
+    a team's key asking for more than 31 days
 """
 
 from __future__ import annotations
@@ -18,12 +23,20 @@ from contracts.errors import ApiError, invalid_request
 from contracts.schemas import ErrorBody
 from gateway.auth import PrincipalDep, forbidden
 from gateway.metering import MeteringDep
-from quota.usage import UsageRow, as_utc
+from quota.usage import UTC_RANGE_TEXT, UsageRow, as_utc
 
 router = APIRouter(prefix="/v1/usage", tags=["usage"])
 
 TEAM_MAX_RANGE = timedelta(days=31)
-_ERRORS: dict[int | str, dict[str, object]] = {code: {"model": ErrorBody} for code in (400, 401, 403, 503)}
+_ERRORS: dict[int | str, dict[str, object]] = {code: {"model": ErrorBody} for code in (401, 403, 503)}
+_ERRORS |= {
+    400: {
+        "model": ErrorBody,
+        "description": f"A time that is not a time, or not within {UTC_RANGE_TEXT} once in UTC; `end` not "
+        f"after `start`; a team's key asking for more than {TEAM_MAX_RANGE.days} days. The message says which.",
+    }
+}
+_TIME = f"ISO 8601 or epoch seconds (UTC without a zone), within {UTC_RANGE_TEXT} once in UTC"
 
 
 class UsageRowBody(BaseModel):
@@ -69,8 +82,8 @@ class UsageReport(BaseModel):
 async def get_usage(
     principal: PrincipalDep,
     metering: MeteringDep,
-    start: Annotated[datetime | None, Query(description="default: 00:00 UTC today")] = None,
-    end: Annotated[datetime | None, Query(description="default: now")] = None,
+    start: Annotated[datetime | None, Query(description=f"{_TIME}; default: 00:00 UTC today")] = None,
+    end: Annotated[datetime | None, Query(description=f"{_TIME}, after `start`; default: now")] = None,
     team: Annotated[str | None, Query(description="admin: one team (default all); teams: their own")] = None,
     granularity: Annotated[Literal["total", "hour"], Query(description="one row per hour with 'hour'")] = "total",
 ) -> UsageReport:
@@ -78,8 +91,8 @@ async def get_usage(
     discarded tokens (engine work past a stop string, not billed), cancelled requests and KV
     token-seconds."""
     now = datetime.now(UTC)
-    end_at = as_utc(end) if end is not None else now
-    start_at = as_utc(start) if start is not None else now.replace(hour=0, minute=0, second=0, microsecond=0)
+    end_at = _utc(end, "end") if end is not None else now
+    start_at = _utc(start, "start") if start is not None else now.replace(hour=0, minute=0, second=0, microsecond=0)
     if end_at <= start_at:
         raise invalid_request(f"end ({end_at.isoformat()}) must be after start ({start_at.isoformat()})", "end")
     team_id = _team_to_query(principal.team_id, principal.is_admin, team)
@@ -98,6 +111,14 @@ async def get_usage(
     return UsageReport(
         start=start_at, end=end_at, team=team_id, granularity=granularity, data=[UsageRowBody.of(r) for r in rows]
     )
+
+
+def _utc(moment: datetime, param: str) -> datetime:
+    """The query's `param` in UTC; a 400 naming the accepted range when it has no UTC datetime."""
+    try:
+        return as_utc(moment)
+    except ValueError as exc:
+        raise invalid_request(f"{param}: {exc}", param) from None
 
 
 def _team_to_query(own_team: str | None, is_admin: bool, asked: str | None) -> str | None:

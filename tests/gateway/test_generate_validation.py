@@ -52,11 +52,17 @@ def error_of(response: httpx.Response) -> dict[str, Any]:
         ({**GOOD, "temperature": 2.5}, "temperature", "a number from 0 to 2"),
         ({**GOOD, "temperature": -0.1}, "temperature", "greater than or equal to 0"),
         ({**GOOD, "temperature": "hot"}, "temperature", "valid number"),
-        ({**GOOD, "top_p": 0}, "top_p", "greater than 0"),
+        ({**GOOD, "top_p": 0}, "top_p", "got 0 (is below the smallest positive 32-bit float"),
         ({**GOOD, "top_p": 1.5}, "top_p", "less than or equal to 1"),
         ({**GOOD, "top_k": -1}, "top_k", "greater than or equal to 0"),
-        # Values the engine refuses once they are its tensor's dtype: top_p is 0.0 as FP32.
-        ({**GOOD, "top_p": 1e-50}, "top_p", "is 0 as a 32-bit float: send at least 1.4e-45"),
+        # Values the engine refuses once they are its tensor's dtype: top_p is 0.0 as FP32; and
+        # below the same bound where FP32 would round up (the document's minimum is that bound).
+        (
+            {**GOOD, "top_p": 1e-50},
+            "top_p",
+            "below the smallest positive 32-bit float: send at least 1.401298464324817e-45",
+        ),
+        ({**GOOD, "top_p": 1e-45}, "top_p", "below the smallest positive 32-bit float"),
         ({**GOOD, "top_k": 2**31}, "top_k", "less than or equal to 2147483647"),
         ({**GOOD, "temperature": 1e300}, "temperature", "less than or equal to 2"),
         ({**GOOD, "stop": ["x" * 257]}, "stop", "stop string 0 has 257 characters; at most 256 are allowed"),

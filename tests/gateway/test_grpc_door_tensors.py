@@ -232,3 +232,17 @@ def test_responses_carry_the_tables_outputs_with_their_datatypes_and_shapes() ->
         completion_tokens=0, final=True,
     )  # fmt: skip
     assert [t.name for t in only.outputs] == ["text_output", "finish_reason"]  # in `llm`'s order
+
+
+def test_huge_names_at_the_door_are_echoed_as_a_prefix() -> None:
+    huge = "n" * 1_000_000
+    unknown_input = request(PROMPT, MAX_TOKENS, (Tensor(name=huge, datatype="INT32", shape=[1]), b"\0\0\0\0"))
+    unknown_parameter = request(PROMPT, MAX_TOKENS)
+    unknown_parameter.parameters[huge].string_param = "x"
+    unknown_output = request(PROMPT, MAX_TOKENS)
+    unknown_output.outputs.add(name=huge)
+    for message in (unknown_input, unknown_parameter, unknown_output):
+        with pytest.raises(ApiError) as refused:
+            parse_request(message)
+        assert len(refused.value.message) < 400 and "(1,000,000 characters)" in refused.value.message
+        assert refused.value.param == huge[:64]

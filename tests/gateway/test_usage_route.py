@@ -114,6 +114,51 @@ async def test_bad_ranges_are_400(client: httpx.AsyncClient, wired: Wired, param
     assert reply.json()["error"]["param"] == param
 
 
+@pytest.mark.parametrize(
+    ("params", "param", "moment"),
+    [
+        ({"end": "0001-01-01T00:30:00+01:00"}, "end", "0001-01-01T00:30:00+01:00"),  # before year 1 in UTC
+        ({"start": "9999-12-31T23:59:59-01:00"}, "start", "9999-12-31T23:59:59-01:00"),  # after year 9999
+        ({"start": "0001-01-01T00:00:00+00:01", "end": "2024-01-01"}, "start", "0001-01-01T00:00:00+00:01"),
+    ],
+)
+async def test_a_time_with_no_utc_datetime_is_a_400_naming_the_range(
+    client: httpx.AsyncClient, wired: Wired, params: dict[str, str], param: str, moment: str
+) -> None:
+    for headers in (wired.alpha, wired.admin):
+        reply = await client.get("/v1/usage", params=params, headers=headers)
+        assert reply.status_code == 400, reply.text  # was a 500 (OverflowError)
+        assert reply.json()["error"] == {
+            "message": f"{param}: {moment} is not within 0001-01-01T00:00:00Z to 9999-12-31T23:59:59Z once in UTC",
+            "type": "invalid_request_error",
+            "param": param,
+            "code": "invalid_request",
+        }
+
+
+async def test_the_ends_of_the_range_are_answered(client: httpx.AsyncClient, wired: Wired) -> None:
+    params = {"start": "0001-01-01T00:00:00Z", "end": "9999-12-31T23:59:59Z"}
+    reply = await client.get("/v1/usage", params=params, headers=wired.admin)
+    assert reply.status_code == 200, reply.text
+    assert reply.json()["data"] == []
+
+
+async def test_end_not_after_start_is_a_400_the_document_describes(client: httpx.AsyncClient, wired: Wired) -> None:
+    for end in ("2024-01-01T00:00:00Z", "2023-12-31T23:00:00Z"):
+        reply = await client.get("/v1/usage", params={"start": "2024-01-01T00:00:00Z", "end": end}, headers=wired.alpha)
+        assert reply.status_code == 400
+        error = reply.json()["error"]
+        assert (error["param"], error["code"]) == ("end", "invalid_request")
+        assert error["message"].startswith(f"end ({datetime.fromisoformat(end).isoformat()}) must be after start")
+    operation = (await client.get("/openapi.json")).json()["paths"]["/v1/usage"]["get"]
+    refused = operation["responses"]["400"]["description"]
+    assert "`end` not after `start`" in refused
+    assert "0001-01-01T00:00:00Z to 9999-12-31T23:59:59Z once in UTC" in refused
+    assert "more than 31 days" in refused
+    descriptions = {p["name"]: p["description"] for p in operation["parameters"]}
+    assert "after `start`" in descriptions["end"]
+
+
 async def test_usage_needs_a_key(anonymous: httpx.AsyncClient) -> None:
     reply = await anonymous.get("/v1/usage")
     assert reply.status_code == 401

@@ -1,101 +1,127 @@
 """A schema-driven fuzz run: schemathesis reads the live gateway's `/openapi.json` and sends
 every route generated requests, valid and invalid, with team `e2e`'s key, against the real
-stack (gateway processes, Redis, Triton with the tiny model). It fails on any 5xx and on any
-response the document does not describe (status, content type, body schema).
+stack (gateway processes, Redis, Triton with the tiny model), and runs every check it has on
+each answer: `--checks all`, as `schemathesis run` would.
 
-Bounded so the whole run stays near a minute on two cores: `MAX_EXAMPLES` per route and
-phase, no stateful phase (links between routes are not declared), and generation routes ask
-for at most `MAX_TOKENS` tokens (a fuzzed `max_tokens` of thousands would only make the tiny
-model decode longer; the range checks are fuzzed below that cap and by the unit tests).
+Two phases per route, as `schemathesis run` has them:
+
+    coverage  each field's edges, deterministically: bounds and just past them, empty and
+              missing values, wrong types, and methods the path does not serve (405 + Allow)
+    fuzzing   MAX_EXAMPLES generated cases per route and mode (valid, invalid)
+
+No stateful phase: links between routes are not declared, so the checks that follow them
+(use_after_free, ensure_resource_availability) pass without finding anything to follow;
+object_level_authorization needs a second identity configured, so it does the same. A valid
+case is steered to keep the rules the document states in words (fuzz_steering.py), and
+generation routes ask for at most MAX_TOKENS tokens (a fuzzed `max_tokens` of thousands would
+only make the tiny model decode longer; the range checks are fuzzed below that cap and by the
+unit tests).
 """
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any
 
 import hypothesis
-import hypothesis.strategies as st
 import pytest
 import schemathesis
 from schemathesis import GenerationMode
-from schemathesis.checks import not_a_server_error
-from schemathesis.specs.openapi.checks import (
-    content_type_conformance,
-    response_schema_conformance,
-    status_code_conformance,
-)
+from schemathesis.checks import CHECKS, load_all_checks
+from schemathesis.config import SchemathesisConfig
+from schemathesis.core.failures import Failure, FailureGroup
 
 from gateway.app import create_app
 
 from .conftest import MODEL_ID, LiveGateway
+from .fuzz_steering import steered
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(900)]
 
-# Cases per route and mode; SWITCHYARD_FUZZ_EXAMPLES=500 digs deeper by hand.
+# Cases per route and mode in the fuzzing phase; SWITCHYARD_FUZZ_EXAMPLES=500 digs deeper by hand.
 MAX_EXAMPLES = int(os.environ.get("SWITCHYARD_FUZZ_EXAMPLES", "20"))
-MAX_TOKENS = 4
-CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
-# Fields whose size sets how long a valid request runs on the engine.
-_LENGTH_FIELDS = ("max_tokens", "max_completion_tokens")
+
+load_all_checks()
+# Every check schemathesis has (`--checks all`): the function checks of its registry.
+ALL_CHECKS = [check for check in CHECKS.get_all() if not isinstance(check, type)]
+CONFIG = SchemathesisConfig.from_dict(
+    {
+        # The key is team e2e's, sent with every case (as `schemathesis run -H` sends it), not a
+        # generated header: a case "without" it would still carry it, and be judged as if not.
+        # `ignored_auth` sends each answered case again without the key, and with a wrong one.
+        "generation": {"mode": "all", "with-security-parameters": False},
+        "phases": {"stateful": {"enabled": False}},
+    }
+)
 
 
-def documented_cases() -> list[tuple[str, str, GenerationMode]]:
-    """(method, path, mode) for every operation the gateway documents, read from the app itself
-    (what the live one serves), so a new route is fuzzed without anyone listing it here. Only
-    an operation that takes input has invalid input to send."""
+def documented_operations() -> list[tuple[str, str, bool]]:
+    """(method, path, has input that can be invalid) of every operation the gateway documents,
+    read from the app itself (what the live one serves), so a new route is fuzzed without anyone
+    listing it here."""
     spec = create_app().openapi()
+    return [
+        (method.upper(), path, "requestBody" in op or any(_rules_out(p["schema"]) for p in op.get("parameters", [])))
+        for path, ops in spec["paths"].items()
+        for method, op in ops.items()
+    ]
+
+
+def _rules_out(schema: dict[str, Any]) -> bool:
+    """Whether a parameter's schema rules any value out: a string id in a path does not (any
+    text is an id, one that names nothing is a 404), so it has no invalid input to generate."""
+    if "anyOf" in schema:
+        return any(_rules_out(option) for option in schema["anyOf"] if option.get("type") != "null")
+    return schema.get("type") != "string" or bool(set(schema) - {"type", "title", "description", "default"})
+
+
+def fuzzed_cases() -> list[tuple[str, str, GenerationMode]]:
+    """Each operation in valid mode, and in invalid mode when it has input that can be invalid."""
     cases = []
-    for path, ops in spec["paths"].items():
-        for method, op in ops.items():
-            cases.append((method.upper(), path, GenerationMode.POSITIVE))
-            if op.get("parameters") or op.get("requestBody"):
-                cases.append((method.upper(), path, GenerationMode.NEGATIVE))
+    for method, path, can_be_invalid in documented_operations():
+        cases.append((method, path, GenerationMode.POSITIVE))
+        if can_be_invalid:
+            cases.append((method, path, GenerationMode.NEGATIVE))
     return cases
 
 
 @pytest.fixture(scope="module")
 def gateway_schema(live_gateway: LiveGateway) -> Any:
     """The document the live gateway serves."""
-    return schemathesis.openapi.from_url(f"{live_gateway.url}/openapi.json")
+    return schemathesis.openapi.from_url(f"{live_gateway.url}/openapi.json", config=CONFIG)
 
 
-def steered(case: schemathesis.Case, valid: bool, prompt: str) -> None:
-    """Bound the case's cost, and (`valid`) point it at what exists, so fuzzed values reach
-    the engine and the stores instead of all ending as 404s: the served model, and a file
-    of valid JSONL lines carrying the fuzzed `prompt`."""
-    body = case.body
-    if isinstance(body, dict):
-        body = dict(body)
-        for name in _LENGTH_FIELDS:
-            value = body.get(name)
-            if isinstance(value, int) and not isinstance(value, bool) and value > MAX_TOKENS:
-                body[name] = MAX_TOKENS
-        if valid and "model" in body:
-            body["model"] = MODEL_ID
-        if valid and "file" in body:
-            native = {"prompt": prompt or "a", "max_tokens": MAX_TOKENS}
-            line = native if "model" in body else {
-                "custom_id": "fuzz", "method": "POST", "url": "/v1/completions", "body": {"model": MODEL_ID, **native}
-            }  # fmt: skip
-            body["file"] = json.dumps(line).encode() + b"\n"
-        case.body = body
-    if valid and case.path_parameters and "model_id" in case.path_parameters:
-        case.path_parameters = {**case.path_parameters, "model_id": MODEL_ID}
+def answer_and_check(case: schemathesis.Case, gateway: LiveGateway) -> str | None:
+    """Send the (steered) case and run every check on its answer: None, or what failed."""
+    steered(case, MODEL_ID)
+    try:
+        case.call_and_validate(base_url=gateway.url, headers=gateway.headers, checks=ALL_CHECKS, timeout=60)
+    except (AssertionError, Failure, FailureGroup) as exc:
+        return str(exc)
+    return None
 
 
-@pytest.mark.parametrize(("method", "path", "mode"), documented_cases())
-def test_every_route_answers_as_documented(
+@pytest.mark.parametrize(("method", "path"), [(method, path) for method, path, _ in documented_operations()])
+def test_every_edge_of_every_route_answers_as_documented(
+    gateway_schema: Any, live_gateway: LiveGateway, method: str, path: str
+) -> None:
+    """The coverage phase: every case, every check, and every failure reported together."""
+    operation = gateway_schema[path][method]
+    generation = gateway_schema.config.generation_for(operation=operation, phase="coverage")
+    cases = gateway_schema.iter_coverage_cases(
+        operation, generation_modes=generation.modes, generation_config=generation
+    )
+    failures = [failure for case in cases if (failure := answer_and_check(case, live_gateway)) is not None]
+    assert not failures, f"{len(failures)} cases failed:\n\n" + "\n\n".join(failures)
+
+
+@pytest.mark.parametrize(("method", "path", "mode"), fuzzed_cases())
+def test_every_route_answers_fuzzed_input_as_documented(
     gateway_schema: Any, live_gateway: LiveGateway, method: str, path: str, mode: GenerationMode
 ) -> None:
     operation = gateway_schema[path][method]
 
-    @hypothesis.given(
-        case=operation.as_strategy(generation_mode=mode),
-        valid=st.booleans(),
-        prompt=st.text(max_size=40),
-    )
+    @hypothesis.given(case=operation.as_strategy(generation_mode=mode))
     @hypothesis.settings(
         max_examples=MAX_EXAMPLES,
         deadline=None,
@@ -104,8 +130,8 @@ def test_every_route_answers_as_documented(
         suppress_health_check=list(hypothesis.HealthCheck),
         phases=[hypothesis.Phase.explicit, hypothesis.Phase.generate],
     )
-    def answers_as_documented(case: schemathesis.Case, valid: bool, prompt: str) -> None:
-        steered(case, valid and mode is GenerationMode.POSITIVE, prompt)
-        case.call_and_validate(base_url=live_gateway.url, headers=live_gateway.headers, checks=CHECKS, timeout=60)
+    def answers_as_documented(case: schemathesis.Case) -> None:
+        failure = answer_and_check(case, live_gateway)
+        assert failure is None, failure
 
     answers_as_documented()

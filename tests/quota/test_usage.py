@@ -12,7 +12,17 @@ import pytest
 import redis.asyncio
 from prometheus_client import CollectorRegistry
 
-from quota.usage import RECORD_ONCE_TTL_S, UsageMeter, UsageRecord, UsageRow, sum_rows
+from quota.usage import (
+    EARLIEST,
+    LATEST,
+    RECORD_ONCE_TTL_S,
+    UTC_RANGE_TEXT,
+    UsageMeter,
+    UsageRecord,
+    UsageRow,
+    as_utc,
+    sum_rows,
+)
 from quota.usage_counters import UsageCounters
 
 T0 = datetime(2025, 3, 4, 10, 0, tzinfo=UTC)
@@ -86,6 +96,28 @@ async def test_times_in_other_zones_and_naive_times_are_utc(meter: UsageMeter) -
     await meter.record(rec(prompt_tokens=3), datetime(2025, 3, 4, 12, 15, tzinfo=timezone(timedelta(hours=2))))
     (row,) = await meter.query("alpha", datetime(2025, 3, 4, 10), datetime(2025, 3, 4, 11), by_hour=True)
     assert row.hour == T0 and row.prompt_tokens == 3
+
+
+@pytest.mark.parametrize(
+    "moment",
+    [
+        datetime(1, 1, 1, 0, 30, tzinfo=timezone(timedelta(hours=1))),  # 0000-12-31T23:30Z
+        datetime(9999, 12, 31, 23, 59, 59, tzinfo=timezone(timedelta(hours=-1))),  # 10000-01-01T00:59:59Z
+    ],
+)
+def test_a_moment_past_what_utc_can_hold_is_a_value_error_naming_the_range(moment: datetime) -> None:
+    with pytest.raises(ValueError) as refused:
+        as_utc(moment)
+    assert str(refused.value) == (
+        f"{moment.isoformat()} is not within 0001-01-01T00:00:00Z to 9999-12-31T23:59:59Z once in UTC"
+    )
+    assert UTC_RANGE_TEXT == "0001-01-01T00:00:00Z to 9999-12-31T23:59:59Z"
+
+
+def test_the_ends_of_the_range_are_utc_moments() -> None:
+    assert as_utc(datetime(1, 1, 1)) == EARLIEST
+    assert as_utc(datetime(1, 1, 1, 1, tzinfo=timezone(timedelta(hours=1)))) == EARLIEST
+    assert as_utc(datetime.max.replace(tzinfo=UTC)) == LATEST
 
 
 async def test_all_teams_or_one(meter: UsageMeter) -> None:
