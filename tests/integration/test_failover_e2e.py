@@ -35,7 +35,9 @@ pytestmark = pytest.mark.integration
 # after the kill, against the survivor's capacity alone, still fits. With sixteen (which fit
 # the two servers only) a loaded machine admitted some after the kill, and those got 429.
 STREAMS = 8
-MAX_TOKENS = 950  # long enough that the kill lands mid-reply
+# Long enough that the kill lands mid-reply however loaded the machine: at 950 tokens a reply
+# took ~1.6 s and on a loaded CI machine all eight ended between the trigger and the kill.
+MAX_TOKENS = 1800
 DRAIN_MAX_TOKENS = 1800  # ... and that the drain does
 # Leases of prompt + max_tokens: once fo-a drains, admission counts only fo-b's 8,192 tokens, so
 # the long replies and the new short ones must fit there.
