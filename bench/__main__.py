@@ -15,6 +15,7 @@ import sys
 
 from bench import (
     bench_chaos,
+    bench_concurrency,
     bench_edge,
     bench_grpc_door,
     bench_prefill,
@@ -38,6 +39,7 @@ OFFLINE = {
     "prefill": bench_prefill.main,
     "scale": bench_scale.main,
     "edge": bench_edge.main,  # its own gateway process and Redis, no Triton
+    "concurrency": bench_concurrency.main,  # its own two-worker gateway and Redis, no Triton
 }
 LIVE = ("s1", "s2", "s3", "overhead", "s9", "s5", "s4", "s78", "sim-trust", "grpc-door")
 
@@ -137,9 +139,15 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["chaos"]:  # its own flags (--minutes, --seed, ...); never part of "all"
         return bench_chaos.main(argv[1:])
+    if argv[:1] == ["concurrency"] and len(argv) > 1:  # its own flags (--quick, --max-streams N, --hold S)
+        bench_concurrency.main(argv[1:])
+        return 0
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "names", nargs="*", help=f"subset of {[*OFFLINE, *LIVE]} (default: all); `chaos [--minutes N --seed S]` alone"
+        "names",
+        nargs="*",
+        help=f"subset of {[*OFFLINE, *LIVE]} (default: all); `chaos [--minutes N --seed S]` and "
+        "`concurrency [--quick | --max-streams N] [--hold S]` alone",
     )
     args = parser.parse_args(argv)
     names = args.names or [*OFFLINE, *LIVE]

@@ -26,7 +26,6 @@ import statistics
 import subprocess
 import tempfile
 import time
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,11 +34,12 @@ import httpx
 import redis
 
 from bench.common import write_result
+from bench.paced_backend import Pace, PacedBackend
 from build_engines.corpus import generate_corpus
 from build_engines.tokenizer import train_tokenizer
 from config.settings import SwitchyardConfig, load_config
 from contracts.catalog import ModelCatalog, ServedModel
-from contracts.generation import GenerationBackend, GenerationDelta, GenerationRequest, PoolReadiness
+from contracts.generation import GenerationBackend
 from quota.capacity import StaticCapacity
 from quota.keys import SyncKeyStore
 
@@ -61,24 +61,6 @@ teams:
   hostile: {{weight: 1}}
 gateway: {{max_requests_per_key: 100000, max_streams_per_key: 100000}}
 """
-
-
-class PacedBackend:
-    """A backend that streams `REPLY_TOKENS` one-token deltas, one every `PACE_S`."""
-
-    async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationDelta]:
-        for index in range(request.max_tokens):
-            await asyncio.sleep(PACE_S)
-            yield GenerationDelta("x ", (5,), "length" if index == request.max_tokens - 1 else None)
-
-    async def cancel(self, request_id: str) -> bool:
-        return False
-
-    async def readiness(self) -> list[PoolReadiness]:
-        return [PoolReadiness("small", "small", True)]
-
-    async def close(self) -> None:
-        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +88,7 @@ def serve(config_path: str, port: int, on_loop: bool) -> None:
         catalog = ModelCatalog({"small": OnLoopModel("small", CONTEXT, model.tokenizer)})
 
     def backend(*_: Any) -> GenerationBackend:
-        return PacedBackend()
+        return PacedBackend(Pace(PACE_S, (PACE_S, PACE_S)), {"small": "small"})
 
     settings = GatewaySettings(config=Path(config_path), sse_heartbeat_s=60.0)
     app = create_app(settings, backend, config, StaticCapacity({"small": 10**9}), catalog)
