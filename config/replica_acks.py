@@ -63,19 +63,28 @@ class ReplicaAcks:
     def from_settings(cls, spec: RedisSpec) -> ReplicaAcks:
         return cls(spec.acks_required, spec.replica_ack_timeout_ms)
 
+    def waiting(self) -> bool:
+        """Whether a write now waits for replicas (none configured, or paused after a miss)."""
+        return self.replicas > 0 and self._clock() >= self._paused_until
+
+    def acknowledged(self, acked: int) -> None:
+        """Note WAIT's answer: short of `replicas`, log it and pause the waiting `pause_s`."""
+        if acked >= self.replicas:
+            return
+        self.short_acks += 1
+        self._paused_until = self._clock() + self._pause_s
+        logger.warning(
+            "a write reached %d of %d replicas within %d ms: not waiting for replicas for %.0f s",
+            acked, self.replicas, self.timeout_ms, self._pause_s,
+        )  # fmt: skip
+
     async def run(self, client: aioredis.Redis, script: AsyncScript, keys: list[str], args: list[Any]) -> Any:
         """`script`'s reply, once `replicas` replicas hold what it wrote (or the wait timed
         out, which is logged: the write itself stands)."""
-        if self.replicas == 0 or self._clock() < self._paused_until:
+        if not self.waiting():
             return await script(keys=keys, args=args, client=client)
         reply, acked = await self._write_and_wait(client, script, [*keys, *args], len(keys))
-        if int(acked) < self.replicas:
-            self.short_acks += 1
-            self._paused_until = self._clock() + self._pause_s
-            logger.warning(
-                "a write reached %d of %d replicas within %d ms: not waiting for replicas for %.0f s",
-                int(acked), self.replicas, self.timeout_ms, self._pause_s,
-            )  # fmt: skip
+        self.acknowledged(int(acked))
         return reply
 
     async def _write_and_wait(

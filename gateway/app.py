@@ -19,6 +19,7 @@ from fastapi import FastAPI
 
 from bulk.blob_store import LocalBlobStore
 from bulk.intake import BatchIntake
+from config.batched_scripts import BatchedScripts
 from config.redis_client import redis_client as gateway_redis_client
 from config.replica_acks import ReplicaAcks
 from config.settings import SwitchyardConfig, load_config
@@ -129,20 +130,23 @@ def create_app(
         keys = KeyCache(key_store, loaded.gateway.key_cache_s)  # every door's, one per worker
         install_auth(app, keys)
         edge = install_edge(app, loaded, settings, keys)  # key, size and caps before any body is read
-        acks = ReplicaAcks.from_settings(loaded.redis)  # sentinel mode: what a failover must keep
-        metering = install_metering(app, UsageMeter(redis_client, acks))
+        # Every script call of this worker's requests (claims, leases, final records, usage)
+        # coalesced into pipelines: a few connections whatever is in flight, and in sentinel
+        # mode one WAIT for a replica's hold of a whole batch.
+        scripts = BatchedScripts(ReplicaAcks.from_settings(loaded.redis))
+        metering = install_metering(app, UsageMeter(redis_client, scripts))
         async with contextlib.AsyncExitStack() as stack:
             source = (
                 capacity if capacity is not None else await stack.enter_async_context(_polled_capacity(loaded, backend))
             )
             bus = RequestBus(waiting_client)
-            admission = Admission(loaded, redis_client, source)
+            admission = Admission(loaded, redis_client, source, scripts=scripts)
             generation = GenerationService(
                 loaded,
                 models,
                 registry,
                 idempotency=IdempotencyStore(
-                    redis_client, ttl_s=loaded.gateway.idempotency_ttl_s, acks=acks, blocking=waiting_client
+                    redis_client, ttl_s=loaded.gateway.idempotency_ttl_s, acks=scripts, blocking=waiting_client
                 ),
                 admission=admission,
                 metering=metering,

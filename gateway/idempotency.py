@@ -38,9 +38,11 @@ run's kill-gateway-worker fault). Attaching readers still give up after
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import hashlib
 import json
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -48,6 +50,9 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from config.replica_acks import ReplicaAcks
+from config.script_runner import ScriptRunner
+
+logger = logging.getLogger(__name__)
 
 RESULT_TTL_S = 24 * 3600
 # How long a finished request's deltas stream stays for followers still reading it.
@@ -56,6 +61,8 @@ FOLLOW_GRACE_S = 60
 # How long a running claim outlives its owner's last renewal: a gateway process that died
 # mid-generation leaves its ids to be claimed again after this.
 OWNER_TTL_S = 15.0
+# Owner keys renewed per pipeline: bounds how long one renewal holds Redis.
+_RENEW_BATCH = 500
 
 # KEYS[1] record  KEYS[2] owner  KEYS[3] deltas  ARGV[1] fingerprint  ARGV[2] ttl_s  ARGV[3] owner ttl (ms)
 _CLAIM = """
@@ -145,7 +152,7 @@ class IdempotencyStore:
         ttl_s: int = RESULT_TTL_S,
         follow_grace_s: int = FOLLOW_GRACE_S,
         owner_ttl_s: float = OWNER_TTL_S,
-        acks: ReplicaAcks | None = None,
+        acks: ScriptRunner | None = None,
         blocking: aioredis.Redis | None = None,
     ) -> None:
         """`blocking`: the client `follow`'s XREADs wait on (a second of each read's connection
@@ -153,12 +160,14 @@ class IdempotencyStore:
         connections every request's claim needs; default `client`."""
         self._redis = client
         self._blocking = blocking if blocking is not None else client
-        self._acks = acks if acks is not None else ReplicaAcks(0, 1)
+        self._acks: ScriptRunner = acks if acks is not None else ReplicaAcks(0, 1)
         self._ttl_s = ttl_s
         self.owner_ttl_s = owner_ttl_s
         self._follow_grace_s = follow_grace_s
         self._claim = client.register_script(_CLAIM)
         self._final = client.register_script(_FINAL)
+        self._owned: dict[str, int] = {}  # owner key -> generations holding it (`owning`)
+        self._owner_keeper: asyncio.Task[None] | None = None
         # `follow` blocks on XREAD in slices shorter than the client's socket timeout (2 s in
         # the gateway), which would otherwise cut a longer wait short with a redis TimeoutError.
         socket_timeout = self._blocking.connection_pool.connection_kwargs.get("socket_timeout")
@@ -195,10 +204,38 @@ class IdempotencyStore:
         stored = json.loads(_text(result)) if claim_state is ClaimState.DONE and result else None
         return Claim(claim_state, stored)
 
-    async def renew_owner(self, team_id: str, request_id: str) -> None:
-        """The owner is alive: its claim stays its own for `owner_ttl_s` more (call every
-        `owner_ttl_s` / 3 while it generates)."""
-        await self._redis.pexpire(self._owner_key(team_id, request_id), max(1, int(self.owner_ttl_s * 1000)))
+    @contextlib.asynccontextmanager
+    async def owning(self, team_id: str, request_id: str) -> AsyncIterator[None]:
+        """Keep the claim on the id this process's while the body runs (it generates). Every
+        claim the process owns is renewed together, every `owner_ttl_s` / 3, in pipelines of
+        `_RENEW_BATCH`: what owning costs Redis grows with the processes, not the requests."""
+        key = self._owner_key(team_id, request_id)
+        self._owned[key] = self._owned.get(key, 0) + 1
+        if self._owner_keeper is None or self._owner_keeper.done():
+            self._owner_keeper = asyncio.create_task(self._keep_owners(), name="owner-keeper")
+        try:
+            yield
+        finally:
+            if (held := self._owned.pop(key, 1) - 1) > 0:
+                self._owned[key] = held
+
+    async def renew_owners(self, owner_keys: Sequence[str]) -> None:
+        """These claims' owner is alive: each stays its own for `owner_ttl_s` more."""
+        ttl_ms = max(1, int(self.owner_ttl_s * 1000))
+        for start in range(0, len(owner_keys), _RENEW_BATCH):
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for key in owner_keys[start : start + _RENEW_BATCH]:
+                    pipe.pexpire(key, ttl_ms)
+                await pipe.execute()
+
+    async def _keep_owners(self) -> None:
+        """Renew every claim this process owns until it owns none after a renewal."""
+        while self._owned:
+            await asyncio.sleep(self.owner_ttl_s / 3)
+            try:
+                await self.renew_owners(list(self._owned))
+            except aioredis.RedisError:  # Redis away for a moment: the next renewal may land
+                logger.warning("could not renew the claims on %d request ids; retrying", len(self._owned))
 
     async def state(self, team_id: str, request_id: str) -> ClaimState | None:
         """RUNNING or DONE for a known request, None for an unknown one (claims nothing)."""

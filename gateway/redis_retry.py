@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
@@ -41,7 +42,8 @@ async def until_reachable(
     extra: dict[str, str] | None = None,
 ) -> T:
     """`write()`'s result; while it fails because Redis cannot be reached, `write()` again,
-    backing off from 0.1 s to 2 s, for up to `retry_s`. Raises the last error after that."""
+    backing off from 0.1 s to 2 s (each wait jittered to half of it or more), for up to
+    `retry_s`. Raises the last error after that."""
     deadline, delay = time.monotonic() + retry_s, _FIRST_DELAY_S
     while True:
         try:
@@ -50,5 +52,5 @@ async def until_reachable(
             if time.monotonic() + delay > deadline:
                 raise
             logger.warning("%s not written yet (redis unreachable): retrying", what, extra=extra)
-            await asyncio.sleep(delay)
+            await asyncio.sleep(delay * random.uniform(0.5, 1.0))  # jittered: ends at once retry apart
             delay = min(2 * delay, _MAX_DELAY_S)

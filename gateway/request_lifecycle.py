@@ -3,7 +3,8 @@
 mirrored to Redis for other gateway processes that follow it, and at its end its final record,
 its lease's release and its usage.
 
-    start ──▶ keep_lease_alive(): every owner_ttl_s / 3 the lease and the claim on the id renewed
+    start ──▶ keep_lease_alive(): the lease and the claim on the id renewed with every other
+              this process holds, one batch every third of their TTLs
       │
     deltas ─▶ on_delta(): nothing but the first delta's stamp (this process's readers read memory)
       │       followed(): another process reads it (a repeat, a DELETE there): its end goes to
@@ -20,14 +21,11 @@ its lease's release and its usage.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
-
-import redis
 
 from contracts.generation import GenerationDelta
 from contracts.latency_log import LatencyLog
@@ -103,17 +101,11 @@ class RequestLifecycle:
         self._renewer = asyncio.create_task(self._renew(entry))
 
     async def _renew(self, entry: InflightRequest) -> None:
-        """The lease and the claim on the id stay this process's while it generates."""
-        every_s = self._idempotency.owner_ttl_s / 3
-        async with self._admission.renewing(self._lease):
-            while not entry.done:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(entry.wait_done(), every_s)
-                if not entry.done:
-                    try:
-                        await self._idempotency.renew_owner(self._team_id, self._public_id)
-                    except redis.RedisError:  # Redis away for a moment: the next renewal may land
-                        logger.warning("could not renew the claim on %s", self._public_id)
+        """The lease and the claim on the id stay this process's while it generates, each
+        renewed with all the others this process holds (`Admission.renewing`,
+        `IdempotencyStore.owning`): no Redis call of its own, however long it runs."""
+        async with self._admission.renewing(self._lease), self._idempotency.owning(self._team_id, self._public_id):
+            await entry.wait_done()
 
     async def on_delta(self, entry: InflightRequest, delta: GenerationDelta) -> None:
         """Nothing per delta but a stamp of the first (when stamping): this process's readers

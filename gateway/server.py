@@ -23,6 +23,9 @@ from gateway.http_protocol import NoDelayH11Protocol
 from gateway.metrics_registry import MULTIPROC_DIR_ENV, fresh_multiprocess_dir
 from gateway.settings import GatewaySettings
 
+# How long a worker may take to answer the supervisor's health ping before it is restarted.
+WORKER_HEALTHCHECK_S = 30
+
 
 def serve(
     config: SwitchyardConfig,
@@ -70,6 +73,10 @@ def serve(
         "gateway.server:app_from_environment",
         factory=True,
         workers=settings.workers,
+        # uvicorn's supervisor restarts a worker that does not answer its ping within this:
+        # 5 s by default, which a worker busy with thousands of streams opening at once can
+        # miss, and its restart would cut every stream it holds.
+        timeout_worker_healthcheck=WORKER_HEALTHCHECK_S,
         **options,  # type: ignore[arg-type]
     )
 

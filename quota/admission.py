@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 import redis.asyncio
 from redis.exceptions import RedisError
 
+from config.script_runner import ScriptRunner
 from config.settings import SwitchyardConfig
 from quota.capacity import CapacitySource
 from quota.fair_queue import FairQueue
@@ -89,15 +90,17 @@ class Admission:
         *,
         queue_poll_s: float = 0.05,
         prefix: str = "sy:",
+        scripts: ScriptRunner | None = None,
     ) -> None:
         """`clock` (epoch seconds) stamps leases, so every gateway must share one time base;
         `queue_poll_s`: how often a queued request retries when nothing in this process woke
-        it (room also frees when other processes release)."""
+        it (room also frees when other processes release); `scripts`: how the lease scripts
+        run (`LeaseStore`)."""
         self.policy = SharePolicy(
             {team: spec.weight for team, spec in config.teams.items()},
             {team: TeamLimits(spec.max_inflight_tokens, spec.tokens_per_day) for team, spec in config.teams.items()},
         )
-        self.store = LeaseStore(client, self.policy, clock, prefix)
+        self.store = LeaseStore(client, self.policy, clock, prefix, scripts)
         self._quota = config.quota
         self._bulk_lease_fraction = config.bulk.lease_fraction
         self._clock = clock

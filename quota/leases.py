@@ -29,6 +29,8 @@ from datetime import UTC, datetime, timedelta
 
 import redis.asyncio
 
+from config.replica_acks import ReplicaAcks
+from config.script_runner import ScriptRunner
 from quota import lease_scripts
 from quota.shares import Decision, PoolView, ShareDecision, SharePolicy, ShareRequest, TeamLimits, TeamLoad, TeamUsage
 from quota.usage import day_key
@@ -77,8 +79,13 @@ class LeaseStore:
         policy: SharePolicy,
         clock: Callable[[], float] = time.time,
         prefix: str = "sy:",
+        scripts: ScriptRunner | None = None,
     ) -> None:
+        """`scripts` runs the lease scripts (one at a time by default; a gateway worker passes
+        its `BatchedScripts`, config/batched_scripts.py)."""
         self.policy = policy
+        self._client = client
+        self._scripts: ScriptRunner = scripts if scripts is not None else ReplicaAcks(0, 1)
         self._clock = clock
         self._prefix = prefix
         self._reserve = client.register_script(lease_scripts.RESERVE)
@@ -118,8 +125,11 @@ class LeaseStore:
         day_ends_at = (today.replace(hour=0, minute=0, second=0, microsecond=0) + timedelta(days=1)).timestamp()
         lease_id = uuid.uuid4().hex
         expires_at = now + ttl_s
-        raw = await self._reserve(
-            args=[
+        raw = await self._scripts.run(
+            self._client,
+            self._reserve,
+            [],
+            [
                 self._prefix,
                 repr(now),
                 pool_id,
@@ -136,7 +146,7 @@ class LeaseStore:
                 waiter.waiter_id if waiter else "",
                 repr(waiter.deadline) if waiter else "0",
                 *self._weight_args,
-            ]
+            ],
         )
         state = json.loads(_text(raw))
         pool = PoolView(pool_id, capacity_tokens, _loads(state["loads"]), state.get("next_end"))
@@ -171,19 +181,20 @@ class LeaseStore:
         args: list[str | int] = [self._prefix, repr(now), repr(now + ttl_s)]
         for lease in leases:
             args += [lease.lease_id, lease.pool_id, lease.team_id, lease.tokens, "1" if lease.borrowed else "0"]
-        restored = await self._renew_many(args=args)
+        restored = await self._scripts.run(self._client, self._renew_many, [], args)
         for lease_id in restored or ():
             logger.warning("lease %s had expired while in use; recorded again", _text(lease_id))
 
     async def release(self, lease: Lease) -> bool:
         """Return the lease's tokens to the pool. Idempotent: False when it was already gone
         (released before, or reclaimed after expiring)."""
-        released = await self._release(args=[self._prefix, repr(self._clock()), lease.lease_id, lease.pool_id])
+        args = [self._prefix, repr(self._clock()), lease.lease_id, lease.pool_id]
+        released = await self._scripts.run(self._client, self._release, [], args)
         return bool(int(released))
 
     async def unwait(self, pool_id: str, waiter_id: str) -> None:
         """Clear a queued request's waiting mark (it timed out or was cancelled)."""
-        await self._unwait(args=[self._prefix, repr(self._clock()), pool_id, waiter_id])
+        await self._scripts.run(self._client, self._unwait, [], [self._prefix, repr(self._clock()), pool_id, waiter_id])
 
     async def loads(self, pool_id: str) -> dict[str, TeamLoad]:
         """Each team's leases and waiters in the pool, after reclaiming expired ones."""

@@ -30,6 +30,7 @@ from datetime import UTC, datetime, timedelta
 import redis.asyncio
 
 from config.replica_acks import ReplicaAcks
+from config.script_runner import ScriptRunner
 
 TEAMS_KEY = "sy:usage:teams"
 METRICS = (
@@ -203,10 +204,10 @@ _RowKey = tuple[str, datetime | None, str, str]  # team, hour, model, class
 class UsageMeter:
     """Adds usage records to Redis and reads them back, for every gateway process alike."""
 
-    def __init__(self, client: redis.asyncio.Redis, acks: ReplicaAcks | None = None) -> None:
+    def __init__(self, client: redis.asyncio.Redis, acks: ScriptRunner | None = None) -> None:
         self._redis = client
         self._record = client.register_script(_RECORD)
-        self._acks = acks if acks is not None else ReplicaAcks(0, 1)
+        self._acks: ScriptRunner = acks if acks is not None else ReplicaAcks(0, 1)
 
     async def record(self, rec: UsageRecord, at: datetime) -> bool:
         """Add `rec` to the hour bucket of `at` (when the request ended), atomically, in one

@@ -153,14 +153,14 @@ async def test_a_claim_whose_owner_died_is_taken_over_once(redis_url: str) -> No
     lapses the id can be claimed again, by exactly one claimant, without the dead owner's
     partial deltas (the chaos run's kill-gateway-worker: the record stayed `running` for the
     idempotency window and every retry with the id failed)."""
-    store = IdempotencyStore(aioredis.Redis.from_url(redis_url), owner_ttl_s=0.3)
+    store = IdempotencyStore(aioredis.Redis.from_url(redis_url), owner_ttl_s=1.0)
     assert (await store.claim("t", "r", "fp")).state is ClaimState.NEW
     await store.mirror("t", "r", [("partial", (1,))])
-    renewed_until = asyncio.get_running_loop().time() + 0.6
-    while asyncio.get_running_loop().time() < renewed_until:  # a live owner keeps it
-        await store.renew_owner("t", "r")
-        assert (await store.claim("t", "r", "fp")).state is ClaimState.RUNNING
-        await asyncio.sleep(0.05)
+    renewed_until = asyncio.get_running_loop().time() + 2.5  # past the TTL: renewals kept it
+    async with store.owning("t", "r"):  # a live owner keeps it, renewed by the process's keeper
+        while asyncio.get_running_loop().time() < renewed_until:
+            assert (await store.claim("t", "r", "fp")).state is ClaimState.RUNNING
+            await asyncio.sleep(0.05)
     deadline = asyncio.get_running_loop().time() + 30
     while (await store.claim("t", "r", "fp")).state is ClaimState.RUNNING:  # the owner is gone
         assert asyncio.get_running_loop().time() < deadline
