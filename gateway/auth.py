@@ -56,7 +56,7 @@ def install_auth(app: FastAPI, keys: KeyCache) -> None:
     setattr(app.state, KEY_CACHE_STATE, keys)
 
 
-def get_key_cache(request: Request) -> KeyCache:
+async def get_key_cache(request: Request) -> KeyCache:
     keys = getattr(request.app.state, KEY_CACHE_STATE, None)
     if not isinstance(keys, KeyCache):
         raise RuntimeError("no key cache: call gateway.auth.install_auth(app, keys) in the lifespan")

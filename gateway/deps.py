@@ -1,5 +1,10 @@
 """FastAPI dependencies as `Annotated` aliases: routes declare `registry: RegistryDep` and
-never reach into `app.state` themselves."""
+never reach into `app.state` themselves.
+
+Every dependency and route in the gateway is `async def`: FastAPI runs a plain `def` one on
+its thread pool, a hop to a worker thread and back for each request and dependency (~10 % of
+a short request's CPU when the getters here were plain functions; tests/gateway/test_deps.py
+walks the app for any that is not)."""
 
 from __future__ import annotations
 
@@ -34,51 +39,51 @@ class Services:
     servers: ServerRegistry
 
 
-def get_settings(request: Request) -> GatewaySettings:
+async def get_settings(request: Request) -> GatewaySettings:
     settings = request.app.state.settings
     assert isinstance(settings, GatewaySettings)
     return settings
 
 
-def get_metrics(request: Request) -> GatewayMetrics:
+async def get_metrics(request: Request) -> GatewayMetrics:
     metrics = request.app.state.metrics
     assert isinstance(metrics, GatewayMetrics)
     return metrics
 
 
-def get_services(request: Request) -> Services:
+def services_of(request: Request) -> Services:
     services = getattr(request.app.state, "services", None)
     if not isinstance(services, Services):
         raise RuntimeError("the gateway's lifespan has not run: serve the app with lifespan enabled")
     return services
 
 
-def get_catalog(request: Request) -> ModelCatalog:
-    return get_services(request).catalog
+async def get_catalog(request: Request) -> ModelCatalog:
+    return services_of(request).catalog
 
 
-def get_backend(request: Request) -> GenerationBackend:
-    return get_services(request).backend
+async def get_backend(request: Request) -> GenerationBackend:
+    return services_of(request).backend
 
 
-def get_registry(request: Request) -> RequestRegistry:
-    return get_services(request).registry
+async def get_registry(request: Request) -> RequestRegistry:
+    return services_of(request).registry
 
 
-def get_generation(request: Request) -> GenerationService:
-    return get_services(request).generation
+async def get_generation(request: Request) -> GenerationService:
+    return services_of(request).generation
 
 
-def get_admission(request: Request) -> Admission:
-    return get_services(request).admission
+async def get_admission(request: Request) -> Admission:
+    return services_of(request).admission
 
 
-def get_intake(request: Request) -> BatchIntake:
-    return get_services(request).intake
+async def get_intake(request: Request) -> BatchIntake:
+    return services_of(request).intake
 
 
-def get_server_registry(request: Request) -> ServerRegistry:
-    return get_services(request).servers
+async def get_server_registry(request: Request) -> ServerRegistry:
+    return services_of(request).servers
 
 
 SettingsDep = Annotated[GatewaySettings, Depends(get_settings)]

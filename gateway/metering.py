@@ -133,7 +133,7 @@ def install_metering(app: FastAPI, meter: UsageMeter) -> Metering:
     return metering
 
 
-def get_metering(request: Request) -> Metering:
+async def get_metering(request: Request) -> Metering:
     metering = getattr(request.app.state, METERING_STATE, None)
     if not isinstance(metering, Metering):
         raise RuntimeError("no metering: call gateway.metering.install_metering(app, meter) in the lifespan")

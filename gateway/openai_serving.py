@@ -60,7 +60,9 @@ _CLASS_HEADER_DOC = Header(json_schema_extra={"enum": ["interactive", "bulk"]})
 _REQUEST_ID_HEADER_DOC = Header(json_schema_extra={"pattern": "^[A-Za-z0-9._:-]{1,128}$"})
 
 
-def request_class_header(x_switchyard_class: Annotated[str | None, _CLASS_HEADER_DOC] = None) -> RequestClass | None:
+async def request_class_header(
+    x_switchyard_class: Annotated[str | None, _CLASS_HEADER_DOC] = None,
+) -> RequestClass | None:
     """The header's class; None without one (the team's `default_class` then applies)."""
     if x_switchyard_class is None:
         return None
@@ -73,7 +75,7 @@ def request_class_header(x_switchyard_class: Annotated[str | None, _CLASS_HEADER
     )
 
 
-def request_id_header(x_request_id: Annotated[str | None, _REQUEST_ID_HEADER_DOC] = None) -> str | None:
+async def request_id_header(x_request_id: Annotated[str | None, _REQUEST_ID_HEADER_DOC] = None) -> str | None:
     if x_request_id is None:
         return None
     try:

@@ -60,7 +60,7 @@ class ConsoleRefusal(Exception):
         self.sign_in = sign_in
 
 
-def get_console(request: Request) -> ConsoleState:
+async def get_console(request: Request) -> ConsoleState:
     state = getattr(request.app.state, CONSOLE_STATE, None)
     if not isinstance(state, ConsoleState):
         raise RuntimeError("the console is not open: call gateway.console.open_console in the lifespan")

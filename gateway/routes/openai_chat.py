@@ -25,7 +25,7 @@ from contracts.openai_schemas import (
 )
 from contracts.schemas import error_responses
 from gateway.auth import PrincipalDep
-from gateway.deps import GenerationDep, RegistryDep, SettingsDep, get_services
+from gateway.deps import GenerationDep, RegistryDep, SettingsDep, services_of
 from gateway.key_slots import claim_stream
 from gateway.openai_serving import (
     OpenAIRoute,
@@ -44,10 +44,10 @@ _ERRORS = error_responses(400, 404, 409, 413, 429, 502, 503)
 _TEMPLATE_ROLES = {"developer": "system"}
 
 
-def get_chat_templates(request: Request) -> ChatTemplates:
+async def get_chat_templates(request: Request) -> ChatTemplates:
     """The app's chat templates, made on first use for the config the lifespan loaded (and
     remade if a new lifespan loaded another), so each template is compiled once."""
-    config = get_services(request).config
+    config = services_of(request).config
     templates = getattr(request.app.state, "chat_templates", None)
     if not isinstance(templates, ChatTemplates) or templates.config is not config:
         templates = ChatTemplates(config)
