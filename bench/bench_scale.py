@@ -216,7 +216,7 @@ def _gateway_worker(config_path: str, size: int, busy: Any, quiet: Any, results:
         http = httpx.AsyncClient()
         directory = ServerDirectory(
             config, ServerRegistry(client, config.fleet.dead_after_s), LoadBoard(client), http,
-            lambda info: None, lambda server_id: None,
+            lambda info: None, lambda server_id: None, host=config.network.servers.advertised,
         )  # fmt: skip
         picker = ServerPicker(config, directory)
         directory.start()

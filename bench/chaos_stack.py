@@ -51,7 +51,7 @@ def with_replica_set(config: SwitchyardConfig) -> tuple[SwitchyardConfig, RedisR
     ports = free_ports(5)
     replicas = RedisReplicaSet(
         ports[:2], ports[2:], root, secrets_dir=config.secrets_path,
-        down_after_ms=DOWN_AFTER_MS, failover_timeout_ms=FAILOVER_TIMEOUT_MS,
+        down_after_ms=DOWN_AFTER_MS, failover_timeout_ms=FAILOVER_TIMEOUT_MS, host=config.redis.host,
     )  # fmt: skip
     spec = RedisSpec.model_validate({**config.redis.model_dump(), **replicas.redis_settings()})
     return config.model_copy(update={"redis": spec}), replicas

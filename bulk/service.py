@@ -61,7 +61,10 @@ async def serve_dispatcher(config: SwitchyardConfig, gateway_url: str | None = N
         httpx.AsyncClient(base_url=url, timeout=timeout, limits=limits) as gateway,
         httpx.AsyncClient() as scraper,
     ):
-        configured = CapacityMonitor(lambda: config_metrics_urls(config), scraper, config.quota.capacity_refresh_s)
+        servers = config.network.servers.advertised  # where a pool's configured servers listen
+        configured = CapacityMonitor(
+            lambda: config_metrics_urls(config, servers), scraper, config.quota.capacity_refresh_s
+        )
         monitor = BoardCapacity(
             LoadBoard(client),
             list(config.pools),

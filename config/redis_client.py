@@ -11,7 +11,9 @@ burst of requests queues for a few milliseconds instead of failing at once. (red
 default is a pool of 100 that raises "Too many connections" at the 101st; older versions
 were unbounded.) Every connection has TCP keepalive (probes after
 `redis.keepalive_idle_s` idle, three a second apart) and a health check before reuse after
-`redis.health_check_s` idle, so a peer gone silent is noticed in seconds, not TCP's minutes.
+`redis.health_check_s` idle, so a peer gone silent is noticed in seconds, not TCP's minutes;
+a command whose reply is `redis.socket_timeout_s` late fails, and so does a connection not made
+within `redis.connect_timeout_s` (keepalive probes do not run while a command waits).
 
 A Sentinel client asks the sentinels where the primary is whenever it opens a connection; a
 connection to a primary that was demoted answers READONLY, which redis-py turns into a
@@ -64,6 +66,8 @@ def connection_settings(spec: RedisSpec) -> dict[str, Any]:
         "socket_keepalive": True,
         "socket_keepalive_options": keepalive,
         "health_check_interval": spec.health_check_s,
+        "socket_timeout": spec.socket_timeout_s,
+        "socket_connect_timeout": spec.connect_timeout_s,
     }
 
 

@@ -82,6 +82,12 @@ class RedisSpec(_Strict):
     # a pooled connection idle longer than `health_check_s` is PINGed before it is reused.
     keepalive_idle_s: Annotated[int, Field(ge=1, le=600)] = 5
     health_check_s: Annotated[float, Field(ge=0, le=600)] = 10.0
+    # A command whose reply is this late fails (keepalive probes do not run while a sent
+    # command waits for its ACK: without this, a host gone dark holds it for TCP's ~15 min of
+    # retransmissions), and a connection not made within `connect_timeout_s` fails (an
+    # unanswered SYN would wait ~2 min). A call site may pass its own (`socket_timeout=`).
+    socket_timeout_s: Annotated[float, Field(gt=0, le=600)] = 5.0
+    connect_timeout_s: Annotated[float, Field(gt=0, le=600)] = 2.0
     # The redis-server that `make up` starts: at most this many clients (the arithmetic:
     # docs/capacity.md).
     maxclients: Annotated[int, Field(ge=64, le=1_000_000)] = 4096

@@ -20,6 +20,7 @@ from config.internal_secrets import (
     RedisComponent,
     read_secret,
 )
+from config.network_settings import NetworkSpec
 from config.redis_settings import RedisSpec as RedisSpec
 
 DEFAULT_CONFIG_PATH = Path(__file__).resolve().parent.parent / "switchyard.yaml"
@@ -265,6 +266,8 @@ class ServingSpec(_Strict):
 
 
 class GatewaySpec(_Strict):
+    # Where the gateway's HTTP port and gRPC door listen (`SWITCHYARD_HOST` overrides it):
+    # 0.0.0.0 behind a load balancer or Service. Its links' keepalives: `network:`.
     host: str = "127.0.0.1"
     port: Annotated[int, Field(ge=1, le=65535)] = 8000
     # How long a finished request's result stays for repeats of its caller-made request_id (a
@@ -318,6 +321,8 @@ class SwitchyardConfig(_Strict):
     gpu: GpuSpec = GpuSpec()
     serving: ServingSpec = ServingSpec()
     autoscaler: AutoscalerSpec = AutoscalerSpec()
+    # Where servers listen and what the registry records for them; gRPC keepalives.
+    network: NetworkSpec = NetworkSpec()
 
     @model_validator(mode="after")
     def _team_names_safe(self) -> SwitchyardConfig:

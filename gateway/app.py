@@ -61,7 +61,7 @@ def triton_backend_factory(
     and failed over (router/failover_backend.py)."""
     from router.routing_setup import failover_backend  # tritonclient is heavy; load it only here
 
-    return failover_backend(config, metrics.routed, host=settings.triton_host, retry_after_s=settings.retry_after_s)
+    return failover_backend(config, metrics.routed, retry_after_s=settings.retry_after_s)
 
 
 @contextlib.asynccontextmanager
@@ -72,7 +72,8 @@ async def _polled_capacity(config: SwitchyardConfig, backend: GenerationBackend)
         yield backend.capacity
         return
     async with httpx.AsyncClient() as client:
-        monitor = CapacityMonitor(lambda: config_metrics_urls(config), client, config.quota.capacity_refresh_s)
+        servers = config.network.servers.advertised
+        monitor = CapacityMonitor(lambda: config_metrics_urls(config, servers), client, config.quota.capacity_refresh_s)
         await monitor.refresh()
         task = asyncio.create_task(monitor.run(), name="capacity-monitor")
         try:

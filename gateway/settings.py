@@ -27,8 +27,6 @@ class GatewaySettings(BaseSettings):
     grpc_port: Annotated[int, Field(ge=1, le=65535)] | None = None
     # Gateway worker processes on the one port (state they share lives in Redis).
     workers: Annotated[int, Field(ge=1, le=64)] = 1
-    # Where the pools' Triton servers listen (each pool's gRPC port comes from the file).
-    triton_host: str = "127.0.0.1"
     # Retry-After sent with 503s, in seconds.
     retry_after_s: Annotated[int, Field(ge=1)] = 5
     # An SSE comment line this often while a stream is idle keeps proxies from closing it and

@@ -8,8 +8,10 @@ import asyncio
 
 import httpx
 from prometheus_client import Counter
+from tritonclient.grpc import KeepAliveOptions
 from tritonclient.grpc.aio import InferenceServerClient
 
+from config.network_settings import TritonKeepalive
 from config.redis_client import redis_client
 from config.settings import SwitchyardConfig
 from fleet_state.load_board import LoadBoard
@@ -22,11 +24,25 @@ from router.triton_backend import TritonBackend
 DIRECTORY_CONNECTIONS = 4
 
 
-def failover_backend(
-    config: SwitchyardConfig, routed: Counter, host: str = "127.0.0.1", retry_after_s: int = 5
-) -> FailoverBackend:
+def server_client(grpc_url: str, keepalive: TritonKeepalive) -> InferenceServerClient:
+    """The gRPC client of one server (`host:port`, as registered): its channel PINGs the server
+    after `keepalive.time_ms` without a frame, idle or not, and closes when a PING goes
+    unanswered for `timeout_ms`, so a reply on a link gone quiet fails over in seconds
+    (config/network_settings.py; the servers accept these PINGs: `TritonKeepalive.server_args`)."""
+    options = KeepAliveOptions(
+        keepalive_time_ms=keepalive.time_ms,
+        keepalive_timeout_ms=keepalive.timeout_ms,
+        keepalive_permit_without_calls=True,
+        http2_max_pings_without_data=0,
+    )
+    return InferenceServerClient(url=grpc_url, keepalive_options=options)
+
+
+def failover_backend(config: SwitchyardConfig, routed: Counter, retry_after_s: int = 5) -> FailoverBackend:
     """Call inside the running event loop (the app's lifespan): the directory starts refreshing.
-    `routed` counts the router's choices by pool and reason (`GatewayMetrics.routed`)."""
+    `routed` counts the router's choices by pool and reason (`GatewayMetrics.routed`). Each
+    server is reached where the registry says it listens; a pool with none registered, at its
+    configured ports on `network.servers.advertised`."""
     # Every inference call carries the key Triton demands (server_host/triton_server.py):
     # only gateways hold it, so only they reach the models.
     streams = TritonBackend({}, {}, retry_after_s=retry_after_s, headers=config.triton_grpc_headers())
@@ -40,7 +56,7 @@ def failover_backend(
 
     def added(info: ServerInfo) -> None:
         model_id = config.pools[info.pool_id].model_id
-        streams.add_target(info.server_id, InferenceServerClient(url=info.grpc_url), model_id)
+        streams.add_target(info.server_id, server_client(info.grpc_url, config.network.triton_grpc), model_id)
 
     def removed(server_id: str) -> None:
         picker.forget_server(server_id)
@@ -50,7 +66,9 @@ def failover_backend(
             closing.add(task)
             task.add_done_callback(closing.discard)
 
-    directory = ServerDirectory(config, ServerRegistry(client), LoadBoard(client), http, added, removed, host=host)
+    directory = ServerDirectory(
+        config, ServerRegistry(client), LoadBoard(client), http, added, removed, host=config.network.servers.advertised
+    )
     picker = ServerPicker(config, directory, routed=routed)
 
     async def close() -> None:

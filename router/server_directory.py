@@ -58,13 +58,15 @@ class ServerDirectory(ObservedPools):
         on_added: Callable[[ServerInfo], None],
         on_removed: Callable[[str], None],
         *,
-        host: str = "127.0.0.1",
+        host: str,
         refresh_s: float | None = None,
         registry_refresh_s: float = 30.0,
         idle_refresh_s: float = 1.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
         """`on_added` / `on_removed`: a server became routable / left (open and close its client).
+        `host`: where a pool's configured server listens (`network.servers.advertised`); a
+        registered server is reached at the host its registry entry names.
         `refresh_s`: how often the board is read (default `fleet.load_publish_s`)."""
         super().__init__()
         self._config = config

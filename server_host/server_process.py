@@ -58,9 +58,11 @@ def run_triton(
     register_host: str | None = None,
 ) -> int:
     """Fill the pool's repository (unless `fill` is False), serve until a signal; returns the
-    process exit code. `ports` default to copy `copy`'s (`PoolSpec.copy_ports`).
-    `register_host`: register (as `server_id`, reachable at that host) and heartbeat this
-    server itself, where no supervisor does (a Kubernetes pod)."""
+    process exit code. `ports` default to copy `copy`'s (`PoolSpec.copy_ports`). The server
+    binds `network.servers.bind_host`.
+    `register_host`: register (as `server_id`, reachable at that host: it overrides
+    `network.servers.advertise_host`) and heartbeat this server itself, where no supervisor
+    does (a Kubernetes pod, which passes its pod IP)."""
     from build_engines.repository import fill_repository
 
     if pool_id not in config.pools:
@@ -69,15 +71,15 @@ def run_triton(
     name = server_id or (pool_id if copy == 0 else f"{pool_id}-{copy}")
     repository = fill_repository(config, pool_id) if fill else config.pool_repository(pool_id)
     # Started from this (main) thread, so the kernel's kill-with-parent applies for our lifetime.
-    # Registered for gateways elsewhere (a pod): listen on every interface, not only loopback.
-    host = "0.0.0.0" if register_host is not None else "127.0.0.1"
+    network = config.network
     server = TritonServer(
         repository,
         ports,
         var_dir=config.var_path,
         name=name,
         inference_key=config.triton_inference_key(),  # only the gateway sends it
-        host=host,
+        host=network.servers.bind_host,
+        keepalive=network.triton_grpc,
         die_with_parent=True,
     )
     _report_leftovers(name, reap_leftovers(name))  # of an earlier life of this server, killed
@@ -95,9 +97,9 @@ def run_triton(
             registration.start()
         publisher = None
         if server_id is not None:  # registered (by a supervisor or itself): routed by its load
-            health_url = f"http://127.0.0.1:{ports.http}/v2/health/ready"
+            # Probed from here, on this host (loopback for a wildcard bind).
             publisher = LoadPublisher(
-                config, pool_id, server_id, health_url, f"http://127.0.0.1:{ports.metrics}/metrics"
+                config, pool_id, server_id, f"{server.http_url}/v2/health/ready", server.metrics_url
             )
             publisher.start()
         try:

@@ -32,6 +32,7 @@ from pathlib import Path
 from types import TracebackType
 
 from config.internal_secrets import TRITON_KEY_HEADER
+from config.network_settings import TritonKeepalive, local_host
 from config.settings import Ports
 from server_host.ports import port_free
 from server_host.process import ManagedProcess, http_ok
@@ -55,7 +56,9 @@ class TritonServer:
 
     Use as a context manager, or `start()` (which waits for readiness) and `stop()`.
     `inference_key`: the value callers must send in the inference header (None: an open
-    server, for tests of the models themselves only).
+    server, for tests of the models themselves only). `host`: the address it binds
+    (`network.servers.bind_host`; 0.0.0.0: every interface); `keepalive`: its gRPC PINGs to
+    gateways and what it accepts from theirs (`network.triton_grpc`).
     """
 
     def __init__(
@@ -66,7 +69,8 @@ class TritonServer:
         var_dir: Path,
         name: str,
         inference_key: str | None,
-        host: str = "127.0.0.1",
+        host: str,
+        keepalive: TritonKeepalive,
         startup_timeout_s: float = 180.0,
         exit_timeout_s: int = 3,
         extra_args: tuple[str, ...] = (),
@@ -82,21 +86,24 @@ class TritonServer:
         self._exit_timeout_s = exit_timeout_s
         self._extra_args = extra_args
         self._inference_key = inference_key
+        self._keepalive = keepalive
         self._die_with_parent = die_with_parent  # see ManagedProcess: start it from the main thread
         self._process: ManagedProcess | None = None
 
+    # Where a process on this host reaches the server (loopback for a wildcard bind).
+
     @property
     def http_url(self) -> str:
-        return f"http://{self.host}:{self.ports.http}"
+        return f"http://{local_host(self.host)}:{self.ports.http}"
 
     @property
     def grpc_url(self) -> str:
         """host:port, the form `tritonclient.grpc` takes."""
-        return f"{self.host}:{self.ports.grpc}"
+        return f"{local_host(self.host)}:{self.ports.grpc}"
 
     @property
     def metrics_url(self) -> str:
-        return f"http://{self.host}:{self.ports.metrics}/metrics"
+        return f"http://{local_host(self.host)}:{self.ports.metrics}/metrics"
 
     @property
     def pid(self) -> int | None:
@@ -123,6 +130,7 @@ class TritonServer:
             f"--exit-timeout-secs={self._exit_timeout_s}",
             "--disable-auto-complete-config",
             "--log-verbose=0",
+            *self._keepalive.server_args(),
             *self._restriction_args(),
             *self._extra_args,
         ]

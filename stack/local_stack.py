@@ -151,7 +151,8 @@ class Stack:
 
     def metrics_url(self, pool_id: str, copy: int = 0) -> str:
         """Prometheus URL of copy `copy` of the pool's servers."""
-        return f"http://127.0.0.1:{self.ports.ports(pool_id, copy).metrics}/metrics"
+        host = self.config.network.servers.local  # the servers run on this host
+        return f"http://{host}:{self.ports.ports(pool_id, copy).metrics}/metrics"
 
     def _config_path(self) -> Path:
         return dump_config(self.config, self.config.var_path / "run" / "switchyard.yaml")

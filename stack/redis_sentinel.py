@@ -152,8 +152,8 @@ def sentinel_config(
 
 
 class RedisReplicaSet:
-    """A primary, its replicas and sentinels on this machine, all on 127.0.0.1 (tests, `make up`
-    with `redis.sentinels`). `nodes[0]` starts as the primary."""
+    """A primary, its replicas and sentinels on this machine, all on `host` (tests, `make up`
+    with `redis.sentinels`: its `redis.host`). `nodes[0]` starts as the primary."""
 
     def __init__(
         self,
@@ -165,11 +165,12 @@ class RedisReplicaSet:
         master_name: str = DEFAULT_MASTER_NAME,
         down_after_ms: int = 5000,
         failover_timeout_ms: int = 60000,
+        host: str,
     ) -> None:
         if len(ports) < 2 or not sentinel_ports:
             raise ValueError("a replica set needs a primary, a replica and at least one sentinel")
-        host = "127.0.0.1"
         primary = (host, ports[0])
+        self._host = host
         self._root = root
         self._secrets_dir = secrets_dir
         self.nodes = [self._node(port, None if i == 0 else primary) for i, port in enumerate(ports)]
@@ -184,6 +185,7 @@ class RedisReplicaSet:
                 quorum=len(sentinel_ports) // 2 + 1,
                 down_after_ms=down_after_ms,
                 failover_timeout_ms=failover_timeout_ms,
+                host=host,
             )
             for port in sentinel_ports
         ]
@@ -196,6 +198,7 @@ class RedisReplicaSet:
             root / f"redis-{port}",
             root / f"redis-{port}.log",
             secrets_dir=self._secrets_dir,
+            host=self._host,
             replica_of=replica_of,
         )
 

@@ -25,12 +25,13 @@
 
 A server is one `switchyard triton --pool P --copy K --server-id P-K --ports ...` process
 (`server_host.server_process`) that owns its tritonserver and drains itself on SIGTERM, so a
-drain looks the same whoever asked for it. A relaunched server keeps its id (`P-K`) and its
-ports (the allocator's answer for (P, K)): clients find it where it was. A drained copy stays
-gone; the pool runs one fewer until the supervisor starts again, unless the pool has a target
-(`set_target`): then a copy drained by hand is replaced, as a Deployment replaces a pod.
-Relaunches of a server that keeps failing before it is ready back off (1 s, 2 s, 4 s ... up to
-max_restart_backoff_s).
+drain looks the same whoever asked for it. It binds `network.servers.bind_host`, and is
+registered at `network.servers.advertised` (this host's address as gateways reach it).
+A relaunched server keeps its id (`P-K`) and its ports (the allocator's answer for (P, K)):
+clients find it where it was. A drained copy stays gone; the pool runs one fewer until the
+supervisor starts again, unless the pool has a target (`set_target`): then a copy drained by
+hand is replaced, as a Deployment replaces a pod. Relaunches of a server that keeps failing
+before it is ready back off (1 s, 2 s, 4 s ... up to max_restart_backoff_s).
 """
 
 from __future__ import annotations
@@ -76,7 +77,6 @@ class Supervisor:
         *,
         pool_ids: Sequence[str] | None = None,
         config_path: Path | None = None,
-        host: str = "127.0.0.1",
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._config = config
@@ -86,7 +86,9 @@ class Supervisor:
         self._board = board
         self._pool_ids = list(pool_ids) if pool_ids is not None else list(config.pools)
         self._config_path = config_path
-        self._host = host
+        # Its servers run on this host: they bind `bind_host` (the supervisor checks their
+        # ports there) and are registered at `advertised`, where gateways connect.
+        self._addresses = config.network.servers
         self._clock = clock
         self._copies: dict[str, ServerCopy] = {}
         self._relaunch = False  # off during start() (a failure there is an error) and stop()
@@ -337,7 +339,7 @@ class Supervisor:
         return ServerInfo(
             server_id=copy.server_id,
             pool_id=copy.pool_id,
-            host=self._host,
+            host=self._addresses.advertised,
             http_port=copy.ports.http,
             grpc_port=copy.ports.grpc,
             metrics_port=copy.ports.metrics,
@@ -355,4 +357,5 @@ class Supervisor:
         if copy.relaunch_at is None or now < copy.relaunch_at:
             return False
         ports = (copy.ports.http, copy.ports.grpc, copy.ports.metrics)
-        return all(port_free(self._host, port) for port in ports) or now >= copy.relaunch_at + _PORT_WAIT_S
+        free = all(port_free(self._addresses.bind_host, port) for port in ports)
+        return free or now >= copy.relaunch_at + _PORT_WAIT_S

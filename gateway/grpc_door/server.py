@@ -9,6 +9,10 @@ request ids, cancels, usage) is in Redis, as for HTTP. One worker alone binds wi
 SO_REUSEPORT, so a port already taken is an error rather than a silently shared port
 (`gateway/server.py` checks the port before it starts several).
 
+A client host gone dark (no FIN, no RST) is found by the door's keepalive PINGs within
+`network.door_grpc` time_ms + timeout_ms (15 s by default): its calls are cancelled, so their
+leases are released and their usage metered as for a disconnect (config/network_settings.py).
+
 Messages are bounded by `gateway.max_body_bytes`: gRPC refuses a larger one before any handler
 reads it (RESOURCE_EXHAUSTED), as the HTTP edge refuses a larger body unread.
 """
@@ -53,6 +57,8 @@ async def serving_door(
             ("grpc.so_reuseport", 1 if workers > 1 else 0),
             ("grpc.max_receive_message_length", limit),
             ("grpc.max_send_message_length", -1),
+            # Keepalive both ways and bounded connection lives (network.door_grpc).
+            *config.network.door_grpc.server_options(),
         ]
     )
     service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceDoor(services, keys, slots, metrics), server)

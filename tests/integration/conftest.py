@@ -136,6 +136,8 @@ def triton_pool(tiny_model: TinyModel) -> Iterator[TritonPool]:
         var_dir=config.var_path,
         name=POOL_ID,
         inference_key=secrets.triton_inference_key,
+        host=config.network.servers.bind_host,
+        keepalive=config.network.triton_grpc,
     )
     with server:
         yield TritonPool(POOL_ID, MODEL_ID, tiny_model.model_dir, config, server)

@@ -116,6 +116,8 @@ def fleet(triton_pool: TritonPool, live_gateway: LiveGateway) -> Iterator[Fleet]
             var_dir=triton_pool.config.var_path,
             name=name,
             inference_key=triton_pool.config.triton_inference_key(),
+            host=triton_pool.config.network.servers.bind_host,
+            keepalive=triton_pool.config.network.triton_grpc,
         )
     with ThreadPoolExecutor(2) as pool:
         for future in [pool.submit(server.start) for server in servers.values()]:

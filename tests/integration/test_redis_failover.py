@@ -41,6 +41,7 @@ def replica_set(tmp_path: Path) -> Iterator[RedisReplicaSet]:
         secrets_dir=tmp_path / "secrets",
         down_after_ms=1000,
         failover_timeout_ms=5000,
+        host="127.0.0.1",
     )
     replicas.start()
     try:

@@ -72,6 +72,8 @@ def test_a_server_that_served_requests_stops_without_a_stub_crash(tiny_model: Ti
         var_dir=config.var_path,
         name="teardown",
         inference_key=None,
+        host=config.network.servers.bind_host,
+        keepalive=config.network.triton_grpc,
     )
     server.start()
     try:

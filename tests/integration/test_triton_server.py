@@ -50,7 +50,11 @@ def test_a_model_that_fails_to_load_fails_start_with_the_log(tmp_path: Path) -> 
     config = _config(tmp_path)  # the model was never built: cpu_engine cannot load
     repository = fill_repository(config, "tiny")
     ports = config.pools["tiny"].ports
-    server = TritonServer(repository, ports, var_dir=config.var_path, name="broken", inference_key=None)
+    network = config.network
+    server = TritonServer(
+        repository, ports, var_dir=config.var_path, name="broken", inference_key=None,
+        host=network.servers.bind_host, keepalive=network.triton_grpc,
+    )  # fmt: skip
     with pytest.raises(TritonStartError) as failure:
         server.start()
     assert "exited with code" in str(failure.value)

@@ -109,7 +109,7 @@ async def world(config: SwitchyardConfig, redis_url: str) -> AsyncIterator[World
     async with httpx.AsyncClient(transport=httpx.MockTransport(pages.handle)) as http:
         directory = ServerDirectory(
             config, registry, board, http, lambda info: added.append(info.server_id), removed.append,
-            clock=lambda: clock[0],
+            host=config.network.servers.advertised, clock=lambda: clock[0],
         )  # fmt: skip
         changed: list[str] = []
         directory.subscribe(changed.append)
@@ -240,7 +240,7 @@ async def test_a_drain_is_seen_at_once_not_at_the_next_registry_read(world: Worl
     one board period, though the registry is otherwise read every 30 s here."""
     live = ServerDirectory(
         config, world.registry, world.board, httpx.AsyncClient(), lambda info: None, lambda server_id: None,
-        refresh_s=0.05, registry_refresh_s=30.0,
+        host=config.network.servers.advertised, refresh_s=0.05, registry_refresh_s=30.0,
     )  # fmt: skip
     now = time.time()
     await world.registry.register(replace(server("small-0", 9003), started_at=now, heartbeat_at=now))
