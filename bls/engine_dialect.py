@@ -83,11 +83,11 @@ class EngineDialect(Protocol):
 class _SwitchyardParser:
     """Switchyard engines send deltas with running counts and the finish reason themselves."""
 
-    def __init__(self, request_id: str) -> None:
-        self._request_id = request_id
+    def __init__(self, request: EngineRequest) -> None:
+        self._request = request
 
     def parse(self, src: TensorSource) -> RequestOutput:
-        return parse_engine_output(self._request_id, src, final=False)
+        return parse_engine_output(self._request.request_id, src, final=False, sampling=self._request.sampling)
 
     def cancel_requested(self) -> None:
         """Nothing to remember: the engine answers `cancelled` itself."""
@@ -111,7 +111,7 @@ class SwitchyardDialect:
         return engine_request_tensors(request)
 
     def response_parser(self, request: EngineRequest) -> EngineResponseParser:
-        return _SwitchyardParser(request.request_id)
+        return _SwitchyardParser(request)
 
     def cancel_request(self, target_request_id: str) -> CancelRequest:
         return CancelRequest(cancel_request_tensors(target_request_id), "", ENGINE_OUTPUT_NAMES)

@@ -7,6 +7,7 @@ is a unit test. `tensorrt_llm` on GPUs takes the same inputs.
 
 from __future__ import annotations
 
+from bls.logprob_tensors import OUTPUT_LOGPROB_NAMES, PROMPT_LOGPROB_NAMES, logprob_tensors, read_logprobs
 from bls.tensors import (
     InputError,
     Outputs,
@@ -25,7 +26,14 @@ from bls.tensors import (
     text_tensor,
 )
 from bls.tokenizer import StopTokenSequences
-from engine.request import EngineRequest, FinishReason, RequestClass, RequestOutput, SamplingParams
+from contracts.llm_tensors import (
+    GUIDED_GRAMMAR,
+    LOGPROBS,
+    OUTPUT_LOGPROB_TENSORS,
+    PROMPT_LOGPROB_TENSORS,
+    PROMPT_LOGPROBS,
+)
+from engine.request import MAX_LOGPROBS, EngineRequest, FinishReason, RequestClass, RequestOutput, SamplingParams
 
 CANCEL_INPUT = "cancel_request_id"
 ENGINE_OUTPUT_NAMES = (
@@ -34,6 +42,9 @@ ENGINE_OUTPUT_NAMES = (
     "prompt_tokens",
     "cached_tokens",
     "completion_tokens",
+    # Only in the responses of a request that asked (bls/logprob_tensors.py).
+    *OUTPUT_LOGPROB_NAMES,
+    *PROMPT_LOGPROB_NAMES,
 )
 
 
@@ -64,6 +75,9 @@ def read_sampling(src: TensorSource, stop_sequences: StopTokenSequences) -> Samp
         sequences = stop_sequences.sequences()
     except ValueError as exc:
         raise InputError(str(exc)) from None
+    grammar = read_str(src, GUIDED_GRAMMAR.name, "") or None
+    if src.get(GUIDED_GRAMMAR.name) is not None and grammar is None:
+        raise InputError(f"{GUIDED_GRAMMAR.name} must not be empty: leave it out for an unconstrained reply")
     return SamplingParams(
         max_tokens=max_tokens,
         temperature=temperature,
@@ -73,7 +87,17 @@ def read_sampling(src: TensorSource, stop_sequences: StopTokenSequences) -> Samp
         ignore_eos=read_bool(src, "ignore_eos", False),
         stop_token_ids=read_int_list(src, "stop_token_ids"),
         stop_token_sequences=sequences,
+        grammar=grammar,
+        logprobs=_read_logprob_count(src, LOGPROBS.name),
+        prompt_logprobs=_read_logprob_count(src, PROMPT_LOGPROBS.name),
     )
+
+
+def _read_logprob_count(src: TensorSource, name: str) -> int | None:
+    count = read_optional_int(src, name)
+    if count is not None and not 0 <= count <= MAX_LOGPROBS:
+        raise InputError(f"{name} must be in [0, {MAX_LOGPROBS}] alternatives per token, got {count}")
+    return count
 
 
 def read_cancel_target(src: TensorSource) -> str | None:
@@ -128,6 +152,12 @@ def engine_request_tensors(request: EngineRequest) -> Outputs:
     if stops.flat_ids:
         tensors["stop_token_sequences"] = int32_tensor(stops.flat_ids)
         tensors["stop_token_offsets"] = int32_tensor(stops.offsets)
+    if sampling.grammar is not None:
+        tensors[GUIDED_GRAMMAR.name] = text_tensor(sampling.grammar)
+    if sampling.logprobs is not None:
+        tensors[LOGPROBS.name] = int32_scalar(sampling.logprobs)
+    if sampling.prompt_logprobs is not None:
+        tensors[PROMPT_LOGPROBS.name] = int32_scalar(sampling.prompt_logprobs)
     return tensors
 
 
@@ -137,18 +167,26 @@ def cancel_request_tensors(target_request_id: str) -> Outputs:
 
 
 def engine_output_tensors(output: RequestOutput) -> Outputs:
-    """One `cpu_engine` response."""
-    return {
+    """One `cpu_engine` response; log-probabilities only when the request asked for them."""
+    tensors = {
         "output_token_ids": int32_tensor(output.new_token_ids),
         "finish_reason": text_tensor(output.finish_reason.value if output.finish_reason else ""),
         "prompt_tokens": int32_scalar(output.prompt_tokens),
         "cached_tokens": int32_scalar(output.cached_tokens),
         "completion_tokens": int32_scalar(output.completion_tokens),
     }
+    if output.logprobs is not None:
+        tensors.update(logprob_tensors(output.logprobs, OUTPUT_LOGPROB_TENSORS))
+    if output.prompt_logprobs is not None:
+        tensors.update(logprob_tensors(output.prompt_logprobs, PROMPT_LOGPROB_TENSORS))
+    return tensors
 
 
-def parse_engine_output(request_id: str, src: TensorSource, *, final: bool) -> RequestOutput:
-    """Read one engine response back (the `llm` side). `final` is the response's FINAL flag."""
+def parse_engine_output(
+    request_id: str, src: TensorSource, *, final: bool, sampling: SamplingParams | None = None
+) -> RequestOutput:
+    """Read one engine response back (the `llm` side). `final` is the response's FINAL flag;
+    `sampling` the request's, which says how many alternatives its log-probabilities list."""
     reason_text = read_str(src, "finish_reason", "")
     try:
         reason = FinishReason(reason_text) if reason_text else None
@@ -162,4 +200,6 @@ def parse_engine_output(request_id: str, src: TensorSource, *, final: bool) -> R
         prompt_tokens=read_int(src, "prompt_tokens", 0),
         cached_tokens=read_int(src, "cached_tokens", 0),
         completion_tokens=read_int(src, "completion_tokens", 0),
+        logprobs=read_logprobs(src, OUTPUT_LOGPROB_TENSORS, sampling.logprobs or 0) if sampling else None,
+        prompt_logprobs=read_logprobs(src, PROMPT_LOGPROB_TENSORS, sampling.prompt_logprobs or 0) if sampling else None,
     )

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from bls.llm_request import LlmRequest, parse_llm_request
+from bls.logprob_tensors import logprob_tensors
 from bls.postprocessing import PostprocessResult, PostprocessState
 from bls.preprocessing import Preprocessed
 from bls.tensors import InputError, Outputs, ResponseSink, TensorSource
@@ -40,12 +41,14 @@ from contracts.llm_tensors import (
     COMPLETION_TOKENS,
     DISCARDED_TOKENS,
     FINISH_REASON,
+    OUTPUT_LOGPROB_TENSORS,
     OUTPUT_TOKEN_IDS,
+    PROMPT_LOGPROB_TENSORS,
     PROMPT_TOKENS,
     TEXT_OUTPUT,
     invalid_input_message,
 )
-from engine.request import EngineRequest, FinishReason, RequestOutput
+from engine.request import EngineRequest, FinishReason, RequestOutput, TokenLogprobs
 
 logger = logging.getLogger(__name__)
 
@@ -85,18 +88,30 @@ class _Reply:
 
     Usage counts what the client gets: `completion_tokens` is the token ids this server sent,
     `discarded_tokens` what its engine wrote beyond them (past a stop string, before our cancel
-    landed). A resumed reply's replayed tokens are neither: the server before counted them."""
+    landed). A resumed reply's replayed tokens are neither: the server before counted them.
+
+    Log-probabilities, when asked (`num_logprobs` alternatives a token), go with their tokens
+    in every response (cut with them at a stop string); the prompt's in the one response they
+    arrived for."""
 
     text: list[str] = field(default_factory=list)  # unsent text (all of it when not streaming)
     token_ids: list[int] = field(default_factory=list)  # unsent new token ids
     last: RequestOutput | None = None
     sent_tokens: int = 0  # token ids sent in responses so far
     engine_tokens: int = 0  # tokens the engine generated for this request so far
+    num_logprobs: int | None = None  # None: the request did not ask
+    logprobs: TokenLogprobs | None = None  # of the unsent token ids
+    prompt_logprobs: TokenLogprobs | None = None  # unsent
 
     def add(self, text: str, token_ids: Sequence[int], output: RequestOutput) -> None:
         """Queue `text` and the reply's `token_ids` of `output` (all of them but past a stop)."""
         self.text.append(text)
         self.token_ids.extend(token_ids)
+        if output.logprobs is not None:
+            kept = output.logprobs.slice(0, len(token_ids))
+            self.logprobs = kept if self.logprobs is None else self.logprobs + kept
+        if output.prompt_logprobs is not None:
+            self.prompt_logprobs = output.prompt_logprobs
         self.engine_work(output)
 
     def engine_work(self, output: RequestOutput) -> None:
@@ -117,8 +132,14 @@ class _Reply:
             COMPLETION_TOKENS.name: COMPLETION_TOKENS.array([self.sent_tokens]),
             DISCARDED_TOKENS.name: DISCARDED_TOKENS.array([max(0, self.engine_tokens - self.sent_tokens)]),
         }
+        if self.num_logprobs is not None:
+            run = self.logprobs or TokenLogprobs((), (), (), self.num_logprobs)
+            outputs.update(logprob_tensors(run, OUTPUT_LOGPROB_TENSORS))
+        if self.prompt_logprobs is not None:
+            outputs.update(logprob_tensors(self.prompt_logprobs, PROMPT_LOGPROB_TENSORS))
         self.text.clear()
         self.token_ids.clear()
+        self.logprobs = self.prompt_logprobs = None
         return outputs
 
 
@@ -203,7 +224,7 @@ class LlmPipeline:
         engine_request = request.engine_request(request_id, pre.input_ids, pre.stop_sequences)
         token_ids = list(request.resume_token_ids)
         state = PostprocessState()
-        reply = _Reply()
+        reply = _Reply(num_logprobs=engine_request.sampling.logprobs)
         if token_ids:
             # A resumed reply: replay what the client already has, so the text it gets next
             # continues exactly where the previous server left off. The text itself is dropped.

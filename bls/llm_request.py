@@ -9,9 +9,12 @@ from bls.tensors import InputError, Outputs, TensorSource, read_bool, read_int_l
 from bls.tokenizer import StopTokenSequences
 from contracts.llm_tensors import (
     CACHE_NAMESPACE,
+    GUIDED_GRAMMAR,
     IGNORE_EOS,
     INPUT_IDS,
+    LOGPROBS,
     MAX_TOKENS,
+    PROMPT_LOGPROBS,
     REQUEST_CLASS,
     RESUME_TOKEN_IDS,
     SEED,
@@ -41,10 +44,14 @@ class LlmRequest:
 
     def engine_request(self, request_id: str, input_ids: tuple[int, ...], stops: StopTokenSequences) -> EngineRequest:
         """The engine request for this reply, once preprocessing has tokenized it."""
+        sampling = replace(self.sampling, stop_token_sequences=stops.sequences())
+        if self.resume_token_ids:
+            # The server that wrote them sent the prompt's log-probabilities with its first token.
+            sampling = replace(sampling, prompt_logprobs=None)
         return EngineRequest(
             request_id=request_id,
             prompt_token_ids=input_ids,
-            sampling=replace(self.sampling, stop_token_sequences=stops.sequences()),
+            sampling=sampling,
             request_class=self.request_class,
             resume_token_ids=self.resume_token_ids,
             cache_namespace=self.cache_namespace,
@@ -116,4 +123,10 @@ def llm_request_tensors(request: LlmRequest) -> Outputs:
         tensors[SEED.name] = SEED.array([sampling.seed])
     if request.resume_token_ids:
         tensors[RESUME_TOKEN_IDS.name] = RESUME_TOKEN_IDS.array(request.resume_token_ids)
+    if sampling.grammar is not None:
+        tensors[GUIDED_GRAMMAR.name] = GUIDED_GRAMMAR.array([sampling.grammar])
+    if sampling.logprobs is not None:
+        tensors[LOGPROBS.name] = LOGPROBS.array([sampling.logprobs])
+    if sampling.prompt_logprobs is not None:
+        tensors[PROMPT_LOGPROBS.name] = PROMPT_LOGPROBS.array([sampling.prompt_logprobs])
     return tensors

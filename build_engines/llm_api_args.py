@@ -14,7 +14,9 @@ the plan (`switchyard plan MODEL`) and shaped by the pool's engine settings.
     pools.P.engine.enable_prefix_caching──▶ kv_cache_config.enable_block_reuse
     pools.P.engine.enable_chunked_prefill─▶ enable_chunked_prefill
                                             skip_tokenizer_init (`llm` tokenizes), iteration stats on
-                                            (the KV and request gauges come from them)
+                                            (the KV and request gauges come from them),
+                                            guided_decoding_backend: llguidance (the CPU engine's
+                                            library: one grammar form, `guided_grammar`, on both)
 
 The executor keeps the smaller of `max_tokens` and what `free_gpu_memory_fraction` of the memory
 free after loading holds, so a plan that guessed the runtime reserve too small cannot overcommit
@@ -69,6 +71,9 @@ def llm_api_args(config: SwitchyardConfig, pool_id: str) -> dict[str, Any]:
         "kv_cache_config": kv_cache_config,
         "scheduler_config": scheduler_config,
         "enable_iter_perf_stats": True,
+        # Structured output: the `grammar` guide of TensorRT-LLM's llguidance backend is the Lark
+        # that `guided_grammar` carries (PyTorch backend only, which this is).
+        "guided_decoding_backend": "llguidance",
     }
     problems = llm_api_problems(args)
     if problems:

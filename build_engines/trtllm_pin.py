@@ -44,6 +44,7 @@ LLM_API_KEYS = frozenset(
         "backend",
         "return_perf_metrics",
         "iter_stats_max_iterations",
+        "guided_decoding_backend",  # Literal["xgrammar", "llguidance"]; llguidance: PyTorch only
         # TorchLlmArgs
         "enable_iter_perf_stats",
         "print_iter_log",
@@ -69,6 +70,11 @@ CAPACITY_SCHEDULER_POLICIES = frozenset({"MAX_UTILIZATION", "GUARANTEED_NO_EVICT
 CONTEXT_CHUNKING_POLICIES = frozenset({"FIRST_COME_FIRST_SERVED", "EQUAL_PROGRESS"})
 
 
+# `BaseLlmArgs.guided_decoding_backend: Optional[Literal["xgrammar", "llguidance"]]` (1.2); its
+# llguidance backend takes a `grammar` guide as Lark (`grammar_matcher.LLGuidanceMatcherFactory`).
+GUIDED_DECODING_BACKENDS = frozenset({"xgrammar", "llguidance"})
+
+
 def llm_api_problems(args: Mapping[str, Any]) -> list[str]:
     """What in `args` (a model.yaml) the pinned LLM API would refuse; empty when nothing."""
     problems = [f"unknown LLM argument {key!r}" for key in sorted(set(args) - LLM_API_KEYS)]
@@ -88,4 +94,7 @@ def llm_api_problems(args: Mapping[str, Any]) -> list[str]:
         ):
             if key in scheduler and scheduler[key] not in allowed:
                 problems.append(f"scheduler_config.{key} {scheduler[key]!r} is not one of {sorted(allowed)}")
+    backend = args.get("guided_decoding_backend")
+    if backend is not None and backend not in GUIDED_DECODING_BACKENDS:
+        problems.append(f"guided_decoding_backend {backend!r} is not one of {sorted(GUIDED_DECODING_BACKENDS)}")
     return problems

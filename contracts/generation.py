@@ -75,6 +75,13 @@ class GenerationRequest:
     # hashes of its leading full blocks, namespaced like the cache (router/block_hashes.py).
     prompt_tokens: int = 0
     prefix_block_hashes: tuple[int, ...] = ()
+    # Structured output: the grammar the reply follows, in llguidance's Lark dialect
+    # (contracts/guided_grammar.py builds it); None: unconstrained.
+    guided_grammar: str | None = None
+    # Log-probabilities: k alternatives per generated token (0..20), and the prompt's own (echo);
+    # None: not computed. A resumed reply's prompt log-probabilities were sent by the first server.
+    logprobs: int | None = None
+    prompt_logprobs: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +93,29 @@ class GenerationDelta:
     token_ids: tuple[int, ...] = ()
     finish_reason: str | None = None
     usage: Usage | None = None
+    # Of `token_ids` (one each), when the request asked; the prompt's once, when asked.
+    logprobs: Logprobs | None = None
+    prompt_logprobs: Logprobs | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Logprobs:
+    """Log-probabilities of a run of tokens, each with its k most likely alternatives
+    (flattened: token i's are [i*k, (i+1)*k), most likely first). Never below -9999.0."""
+
+    token_logprobs: tuple[float, ...]
+    top_token_ids: tuple[int, ...] = ()
+    top_logprobs: tuple[float, ...] = ()
+
+    @property
+    def num_top(self) -> int:
+        return len(self.top_token_ids) // len(self.token_logprobs) if self.token_logprobs else 0
+
+    def top(self, index: int) -> list[tuple[int, float]]:
+        """Token `index`'s alternatives as (token id, log-probability), most likely first."""
+        k = self.num_top
+        ids, values = self.top_token_ids[index * k : (index + 1) * k], self.top_logprobs[index * k : (index + 1) * k]
+        return list(zip(ids, values, strict=True))
 
 
 @dataclass(frozen=True, slots=True)

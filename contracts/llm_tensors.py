@@ -38,6 +38,9 @@ class LlmTensor:
     datatype: str  # Triton's wire name: BYTES, INT32, INT64, FP32, BOOL
     dtype: type[np.generic]  # what a client builds the array with
     is_list: bool = False  # shape [-1]; otherwise a scalar, shape [1]
+    # Present only in the responses of a request that asked for it (log-probabilities): a
+    # request that did not ask pays nothing, on the wire or in the engine.
+    when_asked: bool = False
     kind: ClassVar[str] = "output"  # what its errors call it
     # (min, max) of an integer dtype, worked out once: every response's arrays are checked.
     int_range: tuple[int, int] | None = field(init=False, repr=False, compare=False)
@@ -122,6 +125,14 @@ RESUME_TOKEN_IDS = LlmInput(
     "resume_token_ids", "INT32", np.int32, is_list=True, request_field="resume_token_ids", gateway_only=True
 )
 CACHE_NAMESPACE = LlmInput("cache_namespace", "BYTES", np.object_, request_field="cache_namespace", gateway_only=True)
+# Structured output and log-probabilities (docs/openai.md). `guided_grammar`: the grammar the reply
+# follows, in llguidance's Lark dialect (contracts/guided_grammar.py builds it from a response
+# format); `logprobs`: each generated token's log-probability and its k most likely alternatives
+# (0..20); `prompt_logprobs`: the same for the prompt's tokens (completions' `echo`). Gateway-only
+# until /v1/generate's body has the fields: the door then takes them like the others.
+GUIDED_GRAMMAR = LlmInput("guided_grammar", "BYTES", np.object_, request_field="guided_grammar", gateway_only=True)
+LOGPROBS = LlmInput("logprobs", "INT32", np.int32, request_field="logprobs", gateway_only=True)
+PROMPT_LOGPROBS = LlmInput("prompt_logprobs", "INT32", np.int32, request_field="prompt_logprobs", gateway_only=True)
 
 # In config.pbtxt's order.
 LLM_INPUTS: tuple[LlmInput, ...] = (
@@ -138,6 +149,9 @@ LLM_INPUTS: tuple[LlmInput, ...] = (
     IGNORE_EOS,
     RESUME_TOKEN_IDS,
     CACHE_NAMESPACE,
+    GUIDED_GRAMMAR,
+    LOGPROBS,
+    PROMPT_LOGPROBS,
 )
 
 INVALID_INPUT_PREFIX = "invalid input: "
@@ -163,8 +177,21 @@ CACHED_TOKENS = LlmTensor("cached_tokens", "INT32", np.int32)
 COMPLETION_TOKENS = LlmTensor("completion_tokens", "INT32", np.int32)  # token ids this server sent so far
 # Tokens the engine wrote past the reply's end (a stop string), never sent or billed.
 DISCARDED_TOKENS = LlmTensor("discarded_tokens", "INT32", np.int32)
+# Log-probabilities (engine/logprobs.py says of which distribution), only when asked. Of the
+# response's `output_token_ids`, one each; their alternatives k per token (k = `logprobs`), most
+# likely first, flattened: token i's are [i*k, (i+1)*k). Never below -9999.0 (OpenAI's floor).
+OUTPUT_TOKEN_LOGPROBS = LlmTensor("output_token_logprobs", "FP32", np.float32, is_list=True, when_asked=True)
+OUTPUT_TOP_LOGPROB_IDS = LlmTensor("output_top_logprob_ids", "INT32", np.int32, is_list=True, when_asked=True)
+OUTPUT_TOP_LOGPROBS = LlmTensor("output_top_logprobs", "FP32", np.float32, is_list=True, when_asked=True)
+# Of the prompt's tokens 1..n-1 (the first has none), k = `prompt_logprobs` alternatives each; in
+# one response, the first (before any reply token); a resumed reply's are those of its prompt.
+PROMPT_TOKEN_LOGPROBS = LlmTensor("prompt_token_logprobs", "FP32", np.float32, is_list=True, when_asked=True)
+PROMPT_TOP_LOGPROB_IDS = LlmTensor("prompt_top_logprob_ids", "INT32", np.int32, is_list=True, when_asked=True)
+PROMPT_TOP_LOGPROBS = LlmTensor("prompt_top_logprobs", "FP32", np.float32, is_list=True, when_asked=True)
+OUTPUT_LOGPROB_TENSORS = (OUTPUT_TOKEN_LOGPROBS, OUTPUT_TOP_LOGPROB_IDS, OUTPUT_TOP_LOGPROBS)
+PROMPT_LOGPROB_TENSORS = (PROMPT_TOKEN_LOGPROBS, PROMPT_TOP_LOGPROB_IDS, PROMPT_TOP_LOGPROBS)
 
-# In config.pbtxt's order: every response carries all of them.
+# In config.pbtxt's order: every response carries all of them but the `when_asked` ones.
 LLM_OUTPUTS: tuple[LlmTensor, ...] = (
     TEXT_OUTPUT,
     OUTPUT_TOKEN_IDS,
@@ -173,5 +200,9 @@ LLM_OUTPUTS: tuple[LlmTensor, ...] = (
     CACHED_TOKENS,
     COMPLETION_TOKENS,
     DISCARDED_TOKENS,
+    *OUTPUT_LOGPROB_TENSORS,
+    *PROMPT_LOGPROB_TENSORS,
 )
 LLM_OUTPUT_NAMES: tuple[str, ...] = tuple(spec.name for spec in LLM_OUTPUTS)
+# The outputs every response carries.
+LLM_ALWAYS_OUTPUT_NAMES: tuple[str, ...] = tuple(spec.name for spec in LLM_OUTPUTS if not spec.when_asked)

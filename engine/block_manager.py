@@ -106,8 +106,10 @@ class BlockManager:
 
         Only blocks strictly before the one holding the last known token may match: that token
         is always recomputed to produce logits, and its block is written, so never shared.
+        A sequence that wants its prompt's log-probabilities reads the prompt in full: a cached
+        block holds KV, not the logits those need.
         """
-        if not self.enable_prefix_caching:
+        if not self.enable_prefix_caching or seq.wants_prompt_logits:
             return NO_MATCH
         bs = self.block_size
         max_blocks = (seq.num_tokens - 1) // bs

@@ -30,6 +30,9 @@ class SequenceChunk:
     # True when the chunk reaches the end of the known tokens, so its last position yields
     # logits for sampling the next token. A middle slice of a long prompt needs none.
     need_logits: bool
+    # Logits at every position of the chunk, not only the last: the prompt's own
+    # log-probabilities (a prompt token's is read off the logits of the position before it).
+    all_logits: bool = False
 
 
 class Model(Protocol):
@@ -44,7 +47,15 @@ class Model(Protocol):
     def forward(self, chunks: list[SequenceChunk]) -> npt.NDArray[np.float32]:
         """Compute every chunk, writing its K/V into the cache at its block_table slots.
 
-        Returns float32 logits of shape [number of chunks with need_logits, vocab_size], in
-        the order those chunks appear in `chunks`.
+        Returns float32 logits [rows, vocab_size]: a chunk with `all_logits` gives one row per
+        token, one with only `need_logits` its last position's, any other none; rows in the
+        order of `chunks` and of positions within a chunk (`logit_rows` counts them).
         """
         ...
+
+
+def logit_rows(chunk: SequenceChunk) -> int:
+    """How many rows of logits `chunk` yields."""
+    if chunk.all_logits:
+        return len(chunk.token_ids)
+    return 1 if chunk.need_logits else 0

@@ -3,8 +3,9 @@
 A step is: apply cancellations, plan (scheduler), compute (model), sample, stop-check, report.
 
     add_request ─▶ Scheduler ─▶ SequenceChunk list ─▶ model.forward ─▶ logits
-                                                                        │ sample_token
-    RequestOutput deltas ◀── stop check (eos, stop ids/sequences, max_tokens, context) ◀┘
+                                                                        │ grammar masks (batched)
+                                                                        │ sample_token, logprobs
+    RequestOutput deltas ◀── stop check (eos, grammar done, stop ids/sequences, max_tokens) ◀┘
 
 Not thread-safe: one thread owns an engine (see `EngineLoop` for the threaded host). The only
 exception is `validate_request`, which reads nothing mutable.
@@ -20,8 +21,10 @@ import numpy as np
 import numpy.typing as npt
 
 from engine.config import EngineConfig, ModelConfig
-from engine.forward_batch import Model, SequenceChunk
-from engine.request import EngineRequest, FinishReason, RequestClass, RequestOutput
+from engine.forward_batch import Model, SequenceChunk, logit_rows
+from engine.grammar import GrammarCompiler, GrammarError, apply_masks
+from engine.logprobs import token_logprobs
+from engine.request import MAX_LOGPROBS, EngineRequest, FinishReason, RequestClass, RequestOutput
 from engine.sampling import sample_token
 from engine.scheduler import Scheduler, SchedulerOutput
 from engine.sequence import Sequence
@@ -35,12 +38,21 @@ class LLMEngine:
 
     `max_model_len` is the model's context window (prompt + reply); a reply that reaches it
     ends with LENGTH. Without one, only max_tokens and the KV capacity bound a request.
+    `grammars` compiles and applies the grammars requests may carry; without one (a model with
+    no tokenizer) a request with a grammar is refused.
     """
 
-    def __init__(self, config: EngineConfig, model: Model, max_model_len: int | None = None) -> None:
+    def __init__(
+        self,
+        config: EngineConfig,
+        model: Model,
+        max_model_len: int | None = None,
+        grammars: GrammarCompiler | None = None,
+    ) -> None:
         self.config = config
         self.model = model
         self.max_model_len = max_model_len
+        self.grammars = grammars
         self.scheduler = Scheduler(config)
         self._vocab_size = model.vocab_size
         self._eos_token_id = model.eos_token_id
@@ -56,18 +68,37 @@ class LLMEngine:
 
         model = NumpyLlama.from_pretrained(model_dir, num_blocks=config.num_blocks, block_size=config.block_size)
         max_model_len = ModelConfig.from_pretrained(model_dir).max_position_embeddings
-        return cls(config, model, max_model_len=max_model_len)
+        grammars = GrammarCompiler.from_model_dir(model_dir, model.vocab_size, model.eos_token_id)
+        return cls(config, model, max_model_len=max_model_len, grammars=grammars)
 
     # -- requests ---------------------------------------------------------------------------
 
     def validate_request(self, request: EngineRequest) -> None:
         """Raise ValueError saying what to change if `request` cannot be served as given.
 
-        Thread-safe: it reads only the model's fixed properties.
+        Thread-safe: it reads only the model's fixed properties, and compiles the request's
+        grammar (into the compiler's cache, so that `add_request` on the step thread finds it
+        there): a caller's thread pays for the compile, never the step.
         """
         problem = request_problem(request, self._vocab_size, self.max_model_len)
+        if problem is None and request.sampling.grammar is not None:
+            problem = self._grammar_problem(request)
         if problem is not None:
             raise ValueError(f"request {request.request_id!r}: {problem}")
+
+    def _grammar_problem(self, request: EngineRequest) -> str | None:
+        grammar = request.sampling.grammar
+        assert grammar is not None
+        if self.grammars is None:
+            return "this model has no tokenizer.json to follow a grammar with"
+        try:
+            if request.resume_token_ids:  # they must follow it: the next token is masked after them
+                self.grammars.matcher_after(grammar, request.resume_token_ids)
+            else:
+                self.grammars.compile(grammar)
+        except (GrammarError, ValueError) as exc:
+            return str(exc)
+        return None
 
     def add_request(self, request: EngineRequest) -> None:
         """Queue a request; it is scheduled from the next step on."""
@@ -75,6 +106,10 @@ class LLMEngine:
         if self.scheduler.get(request.request_id) is not None:
             raise ValueError(f"request {request.request_id!r} is already running; use a new request_id")
         seq = Sequence.from_request(request, self._next_arrival, self.max_model_len)
+        if request.sampling.grammar is not None:
+            assert self.grammars is not None  # validate_request refuses a grammar without one
+            # A resumed reply continues the grammar where the previous server left it.
+            seq.matcher = self.grammars.matcher_after(request.sampling.grammar, request.resume_token_ids)
         self._next_arrival += 1
         self.scheduler.add(seq)
 
@@ -138,11 +173,12 @@ class LLMEngine:
             start_position=start,
             block_table=tuple(seq.block_table),
             need_logits=end == seq.num_tokens,
+            all_logits=seq.wants_prompt_logits,
         )
 
     def _forward(self, chunks: list[SequenceChunk]) -> npt.NDArray[np.float32]:
         logits = self.model.forward(chunks)
-        expected = sum(chunk.need_logits for chunk in chunks)
+        expected = sum(logit_rows(chunk) for chunk in chunks)
         if logits.ndim != 2 or logits.shape[0] != expected:
             raise ValueError(f"model returned logits of shape {logits.shape}, expected ({expected}, vocab)")
         return logits
@@ -151,17 +187,27 @@ class LLMEngine:
         self, plan: SchedulerOutput, chunks: list[SequenceChunk], logits: npt.NDArray[np.float32]
     ) -> list[RequestOutput]:
         outputs = []
+        sampled: list[tuple[Sequence, int]] = []  # (sequence, its row of logits to sample from)
         row = 0
         for (seq, _), chunk in zip(plan.scheduled, chunks, strict=True):
-            if not chunk.need_logits:
-                continue  # a middle slice of a prompt: nothing to report yet
-            try:
-                # The index counts resumed tokens: a resumed reply draws what the original would.
-                token_id = sample_token(logits[row], seq.sampling, seq.num_completion_tokens)
-            except Exception:  # bad logits for one request must not take the others down
-                logger.exception("sampling failed for %r; aborting it", seq.request_id)
-                token_id = None
-            row += 1
+            rows = logit_rows(chunk)
+            if chunk.all_logits:
+                _collect_prompt_logprobs(seq, chunk, logits[row : row + rows])
+            if chunk.need_logits:  # else a middle slice of a prompt: nothing to report yet
+                sampled.append((seq, row + rows - 1))
+            row += rows
+        failed = self._mask(sampled, logits)
+        for seq, row in sampled:
+            token_id = None
+            if seq not in failed:
+                try:
+                    # The index counts resumed tokens: a resumed reply draws what the original would.
+                    token_id = sample_token(logits[row], seq.sampling, seq.num_completion_tokens)
+                    if seq.logprobs is not None:
+                        seq.logprobs.extend(token_logprobs(logits[row : row + 1], (token_id,), seq.logprobs.num_top))
+                except Exception:  # bad logits for one request must not take the others down
+                    logger.exception("sampling failed for %r; aborting it", seq.request_id)
+                    token_id = None
             if token_id is None:
                 reason: FinishReason | None = FinishReason.ABORTED
             else:
@@ -172,10 +218,32 @@ class LLMEngine:
             outputs.append(self._output(seq))
         return outputs
 
+    def _mask(self, sampled: list[tuple[Sequence, int]], logits: npt.NDArray[np.float32]) -> set[Sequence]:
+        """Mask the rows of constrained sequences to what their grammars allow, all at once;
+        the sequences whose masks could not be made (to abort)."""
+        constrained = [(seq, row) for seq, row in sampled if seq.matcher is not None]
+        if not constrained:
+            return set()
+        assert self.grammars is not None
+        try:
+            bitmask = self.grammars.fill_masks([seq.matcher for seq, _ in constrained])  # type: ignore[misc]
+            apply_masks(logits, [row for _, row in constrained], bitmask)
+        except Exception:
+            logger.exception("grammar masks failed for %d requests; aborting them", len(constrained))
+            return {seq for seq, _ in constrained}
+        return set()
+
     def _stop_reason(self, seq: Sequence, token_id: int) -> FinishReason | None:
         params = seq.sampling
         if token_id == self._eos_token_id and not params.ignore_eos:
             return FinishReason.STOP
+        matcher = seq.matcher
+        if matcher is not None:
+            if not matcher.consume_token(token_id):  # the mask allowed it: a grammar library bug
+                logger.error("grammar refused the token it allowed for %r: %s", seq.request_id, matcher.get_error())
+                return FinishReason.ABORTED
+            if matcher.is_stopped():  # complete, and nothing but the end may follow
+                return FinishReason.STOP
         if token_id in params.stop_token_ids:
             return FinishReason.STOP
         completion = seq.num_completion_tokens
@@ -190,7 +258,12 @@ class LLMEngine:
         """The delta since this request's previous output, with running totals."""
         first_new = seq.num_prompt_tokens + seq.num_emitted_tokens
         new_token_ids = tuple(seq.all_token_ids[first_new:])
+        logprobs = None if seq.logprobs is None else seq.logprobs.since(seq.num_emitted_tokens)
         seq.num_emitted_tokens += len(new_token_ids)
+        prompt_logprobs = None
+        if seq.prompt_logprobs is not None and not seq.prompt_logprobs_sent and not seq.wants_prompt_logits:
+            prompt_logprobs = seq.prompt_logprobs.since(0)
+            seq.prompt_logprobs_sent = True
         return RequestOutput(
             request_id=seq.request_id,
             new_token_ids=new_token_ids,
@@ -199,6 +272,8 @@ class LLMEngine:
             prompt_tokens=len(seq.request.prompt_token_ids),
             cached_tokens=seq.num_cached_tokens,
             completion_tokens=seq.num_generated_tokens,
+            logprobs=logprobs,
+            prompt_logprobs=prompt_logprobs,
         )
 
     # -- load -------------------------------------------------------------------------------
@@ -251,4 +326,24 @@ def request_problem(request: EngineRequest, vocab_size: int, max_model_len: int 
         return f"top_k must be >= 0 (0 disables it), got {params.top_k}"
     if any(not stop for stop in params.stop_token_sequences):
         return "stop_token_sequences must not contain an empty sequence"
+    for name, count in (("logprobs", params.logprobs), ("prompt_logprobs", params.prompt_logprobs)):
+        if count is not None and not 0 <= count <= min(MAX_LOGPROBS, vocab_size):
+            return f"{name} must be in [0, {min(MAX_LOGPROBS, vocab_size)}] alternatives, got {count}"
     return None
+
+
+def _collect_prompt_logprobs(seq: Sequence, chunk: SequenceChunk, rows: npt.NDArray[np.float32]) -> None:
+    """Add the prompt log-probabilities that `rows` (one per position of `chunk`) hold.
+
+    Row j is the distribution after position start + j, so it scores the prompt token at
+    start + j + 1. Positions already scored (a prompt recomputed after preemption) are skipped;
+    resumed reply tokens are not the prompt's and are never scored here."""
+    run = seq.prompt_logprobs
+    assert run is not None
+    prompt = seq.request.prompt_token_ids
+    first_target = chunk.start_position + 1
+    start = len(run) + 1 - first_target  # the row that scores the first token not scored yet
+    stop = min(len(rows), len(prompt) - first_target)
+    if 0 <= start < stop:
+        targets = prompt[first_target + start : first_target + stop]
+        run.extend(token_logprobs(rows[start:stop], targets, run.num_top))

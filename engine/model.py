@@ -22,7 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from engine.config import ModelConfig
-from engine.forward_batch import SequenceChunk
+from engine.forward_batch import SequenceChunk, logit_rows
 from engine.weights import F32, LayerWeights, LlamaWeights, load_llama_weights
 
 
@@ -72,7 +72,7 @@ class NumpyLlama:
         return self._block_size
 
     def forward(self, chunks: list[SequenceChunk]) -> F32:
-        """Compute every chunk and return logits [chunks with need_logits, vocab] in chunk order."""
+        """Compute every chunk and return its logit rows (`forward_batch.logit_rows`) in chunk order."""
         if not chunks:
             return np.zeros((0, self.vocab_size), np.float32)
         for chunk in chunks:
@@ -89,7 +89,9 @@ class NumpyLlama:
             x = self._decoder_layer(layer_index, layer, x, chunks, cos, sin)
 
         ends = np.cumsum([len(c.token_ids) for c in chunks])
-        last_rows = [int(end) - 1 for end, c in zip(ends, chunks, strict=True) if c.need_logits]
+        last_rows: list[int] = []
+        for end, chunk in zip(ends, chunks, strict=True):
+            last_rows.extend(range(int(end) - logit_rows(chunk), int(end)))
         if not last_rows:
             return np.zeros((0, self.vocab_size), np.float32)
         hidden = _rms_norm(x[last_rows], self._weights.norm, self.config.rms_norm_eps)

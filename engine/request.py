@@ -47,6 +47,18 @@ class SamplingParams:
     # tail equals one of them. The matched tokens are emitted; string-level trimming is the
     # postprocessor's job.
     stop_token_sequences: tuple[tuple[int, ...], ...] = ()
+    # A grammar the reply must follow, in llguidance's Lark dialect (engine/grammar.py): JSON
+    # schemas as `start: %json {...}`, regexes, tool calls. None: unconstrained.
+    grammar: str | None = None
+    # Log-probabilities, as vLLM names them: None computes nothing; k reports each generated
+    # token's log-probability and its k most likely alternatives (0 <= k <= MAX_LOGPROBS).
+    logprobs: int | None = None
+    # The same for the prompt's own tokens (all but the first), once (`echo` in completions).
+    prompt_logprobs: int | None = None
+
+
+# The most alternatives a token's log-probabilities may list (OpenAI's top_logprobs bound).
+MAX_LOGPROBS = 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,3 +95,49 @@ class RequestOutput:
     prompt_tokens: int
     cached_tokens: int
     completion_tokens: int
+    # Log-probabilities of `new_token_ids`, one entry each, when the request asked for them.
+    logprobs: TokenLogprobs | None = None
+    # The prompt's, for its tokens 1..n-1, in the first output after they were computed.
+    prompt_logprobs: TokenLogprobs | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TokenLogprobs:
+    """Log-probabilities of a run of tokens, and each one's `num_top` most likely alternatives.
+
+        token_logprobs:  | t0 | t1 | t2 |                 one per token
+        top_token_ids:   | t0's k ids | t1's k ids | ... | num_top per token, most likely first
+        top_logprobs:    | (their log-probabilities, aligned with top_token_ids)          |
+
+    Flat tuples, so a run of tokens travels as three tensors. A log-probability is never below
+    LOGPROB_FLOOR (OpenAI's -9999.0 for a token the grammar or the float range rules out), so
+    every value is a finite number JSON can carry.
+    """
+
+    token_logprobs: tuple[float, ...]
+    top_token_ids: tuple[int, ...] = ()
+    top_logprobs: tuple[float, ...] = ()
+    num_top: int = 0
+
+    def __len__(self) -> int:
+        return len(self.token_logprobs)
+
+    def __add__(self, other: TokenLogprobs) -> TokenLogprobs:
+        """This run followed by `other` (same `num_top`)."""
+        if self.num_top != other.num_top:
+            raise ValueError(f"cannot join runs of {self.num_top} and {other.num_top} alternatives")
+        return TokenLogprobs(
+            self.token_logprobs + other.token_logprobs,
+            self.top_token_ids + other.top_token_ids,
+            self.top_logprobs + other.top_logprobs,
+            self.num_top,
+        )
+
+    def slice(self, start: int, stop: int) -> TokenLogprobs:
+        """Tokens [start, stop) of this run."""
+        k = self.num_top
+        top = slice(start * k, stop * k)
+        return TokenLogprobs(self.token_logprobs[start:stop], self.top_token_ids[top], self.top_logprobs[top], k)
+
+
+LOGPROB_FLOOR = -9999.0

@@ -16,8 +16,13 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
+from engine.logprobs import LogprobRun
 from engine.request import EngineRequest, FinishReason, RequestClass, SamplingParams
+
+if TYPE_CHECKING:
+    from llguidance import LLMatcher
 
 
 class RequestStatus(enum.Enum):
@@ -59,6 +64,13 @@ class Sequence:
     # How many generated tokens have been reported to the caller (the engine emits deltas).
     num_emitted_tokens: int = 0
     finish_reason: FinishReason | None = None
+    # The grammar's state after every known token (resumed ones included); None: unconstrained.
+    matcher: LLMatcher | None = None
+    # Log-probabilities of the generated tokens (aligned with them) and of the prompt's tokens
+    # 1..n-1, when the request asked; the prompt's are reported once, all together.
+    logprobs: LogprobRun | None = None
+    prompt_logprobs: LogprobRun | None = None
+    prompt_logprobs_sent: bool = False
 
     @classmethod
     def from_request(cls, request: EngineRequest, arrival: int, max_model_len: int | None = None) -> Sequence:
@@ -70,12 +82,15 @@ class Sequence:
         ceiling = len(request.prompt_token_ids) + request.sampling.max_tokens
         if max_model_len is not None:
             ceiling = min(ceiling, max_model_len)
+        params = request.sampling
         return cls(
             request=request,
             arrival=arrival,
             all_token_ids=tokens,
             num_prompt_tokens=len(tokens),
             max_total_tokens=ceiling,
+            logprobs=None if params.logprobs is None else LogprobRun(params.logprobs),
+            prompt_logprobs=None if params.prompt_logprobs is None else LogprobRun(params.prompt_logprobs),
         )
 
     @property
@@ -103,6 +118,13 @@ class Sequence:
     def num_completion_tokens(self) -> int:
         """Reply length so far, resumed tokens included (what `max_tokens` bounds)."""
         return len(self.all_token_ids) - len(self.request.prompt_token_ids)
+
+    @property
+    def wants_prompt_logits(self) -> bool:
+        """The prompt's log-probabilities are asked for and not all computed yet: its prompt is
+        read in full (no prefix-cache hits), with logits at every position."""
+        run = self.prompt_logprobs
+        return run is not None and len(run) < len(self.request.prompt_token_ids) - 1
 
     @property
     def is_finished(self) -> bool:

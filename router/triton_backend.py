@@ -25,6 +25,7 @@ from contracts.generation import (
     BackendUnavailable,
     GenerationDelta,
     GenerationRequest,
+    Logprobs,
     PoolReadiness,
     RequestRejected,
     Usage,
@@ -35,10 +36,15 @@ from contracts.llm_tensors import (
     COMPLETION_TOKENS,
     DISCARDED_TOKENS,
     FINISH_REASON,
+    GUIDED_GRAMMAR,
     IGNORE_EOS,
     INPUT_IDS,
+    LOGPROBS,
     MAX_TOKENS,
+    OUTPUT_LOGPROB_TENSORS,
     OUTPUT_TOKEN_IDS,
+    PROMPT_LOGPROB_TENSORS,
+    PROMPT_LOGPROBS,
     PROMPT_TOKENS,
     REQUEST_CLASS,
     RESUME_TOKEN_IDS,
@@ -51,6 +57,7 @@ from contracts.llm_tensors import (
     TOP_K,
     TOP_P,
     LlmInput,
+    LlmTensor,
     refused_input,
 )
 
@@ -221,6 +228,12 @@ def build_inputs(request: GenerationRequest) -> list[InferInput]:
         inputs.append(_tensor(RESUME_TOKEN_IDS, request.resume_token_ids))
     if request.cache_namespace:
         inputs.append(_tensor(CACHE_NAMESPACE, [request.cache_namespace]))
+    if request.guided_grammar is not None:
+        inputs.append(_tensor(GUIDED_GRAMMAR, [request.guided_grammar]))
+    if request.logprobs is not None:
+        inputs.append(_tensor(LOGPROBS, [request.logprobs]))
+    if request.prompt_logprobs is not None:
+        inputs.append(_tensor(PROMPT_LOGPROBS, [request.prompt_logprobs]))
     return inputs
 
 
@@ -239,7 +252,26 @@ def parse_response(result: InferResult) -> GenerationDelta:
             completion_tokens=_first_int(result.as_numpy(COMPLETION_TOKENS.name)) or 0,
             discarded_tokens=_first_int(result.as_numpy(DISCARDED_TOKENS.name)) or 0,
         )
-    return GenerationDelta(text=text, token_ids=token_ids, finish_reason=finish, usage=usage)
+    return GenerationDelta(
+        text=text,
+        token_ids=token_ids,
+        finish_reason=finish,
+        usage=usage,
+        logprobs=_logprobs(result, OUTPUT_LOGPROB_TENSORS),
+        prompt_logprobs=_logprobs(result, PROMPT_LOGPROB_TENSORS),
+    )
+
+
+def _logprobs(result: InferResult, specs: Sequence[LlmTensor]) -> Logprobs | None:
+    """A run of log-probabilities (contracts/llm_tensors.py), or None when the response has none."""
+    values, ids, top = (result.as_numpy(spec.name) for spec in specs)
+    if values is None:
+        return None
+    return Logprobs(
+        tuple(values.reshape(-1).astype(float).tolist()),
+        () if ids is None else tuple(ids.reshape(-1).tolist()),
+        () if top is None else tuple(top.reshape(-1).astype(float).tolist()),
+    )
 
 
 def _tensor(spec: LlmInput, values: Sequence[str | int | float | bool]) -> InferInput:

@@ -31,8 +31,10 @@ import threading
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from engine.engine_loop import RequestStream
+from engine.grammar import grammar_problem
 from engine.llm_engine import request_problem
 from engine.request import EngineRequest, FinishReason, RequestClass, RequestOutput
 from engine.stats import EngineStats
@@ -85,8 +87,11 @@ class LlmApiEngineLoop:
         *,
         with_priority: bool = False,
         stats_interval_s: float = 0.1,
+        guided_decoding_params: Callable[..., Any] | None = None,
     ) -> None:
         self._llm = llm
+        # `tensorrt_llm.sampling_params.GuidedDecodingParams`: None serves no grammar.
+        self._guided_decoding_params = guided_decoding_params
         self._with_priority = with_priority
         self._sampling_params = sampling_params
         self._limits = limits
@@ -137,6 +142,8 @@ class LlmApiEngineLoop:
     def submit(self, request: EngineRequest, notify: Callable[[], None] | None = None) -> RequestStream:
         """Start streaming `request`. Raises ValueError when it cannot be served as sent."""
         problem = request_problem(request, self._limits.vocab_size, self._limits.max_seq_len)
+        if problem is None:
+            problem = self._unserved(request)
         if problem is not None:
             raise ValueError(problem)
         entry = _Running(request, RequestStream(request.request_id, notify))
@@ -146,6 +153,30 @@ class LlmApiEngineLoop:
             self._running[request.request_id] = entry
         self._loop.call_soon_threadsafe(self._admit, entry)
         return entry.stream
+
+    def _unserved(self, request: EngineRequest) -> str | None:
+        """What this path does not serve yet, or a grammar llguidance refuses (the same library
+        and limits the engine's `llguidance` backend compiles it with)."""
+        sampling = request.sampling
+        if sampling.logprobs is not None or sampling.prompt_logprobs is not None:
+            return "log-probabilities are not served on the TensorRT-LLM path yet"
+        if sampling.grammar is None:
+            return None
+        if self._guided_decoding_params is None:
+            return "this engine was started without guided decoding"
+        if request.resume_token_ids:
+            # TensorRT-LLM starts the grammar at the prompt's end: resumed tokens would be masked
+            # as if they were the reply's first, so a constrained reply is not resumed here.
+            return "a constrained reply cannot be resumed on the TensorRT-LLM path"
+        return grammar_problem(sampling.grammar)
+
+    def _with_grammar(self, request: EngineRequest, sampling: dict[str, Any]) -> dict[str, Any]:
+        """`sampling` with the request's grammar as TensorRT-LLM's guided decoding: llguidance's
+        Lark is the `grammar` guide of its `llguidance` backend (model.yaml turns it on)."""
+        grammar = request.sampling.grammar
+        if grammar is None or self._guided_decoding_params is None:
+            return sampling
+        return {**sampling, "guided_decoding": self._guided_decoding_params(grammar=grammar)}
 
     def cancel(self, request_id: str) -> None:
         self._loop.call_soon_threadsafe(self._cancel, request_id)
@@ -190,7 +221,10 @@ class LlmApiEngineLoop:
             if entry.cancel_requested:
                 return self._finish(entry, (), FinishReason.CANCELLED)
             entry.generation = self._llm.generate_async(
-                args.inputs, self._sampling_params(**args.sampling), streaming=True, **args.extra
+                args.inputs,
+                self._sampling_params(**self._with_grammar(request, args.sampling)),
+                streaming=True,
+                **args.extra,
             )
             async for step in entry.generation:
                 completion = step.outputs[0]

@@ -238,7 +238,7 @@ def infer_response(
     }
     response = service_pb2.ModelInferResponse(model_name=model_name, model_version=MODEL_VERSION, id=request_id)
     for spec in LLM_OUTPUTS:
-        if spec.name in outputs:
+        if spec.name in outputs and spec.name in values:  # log-probabilities: not served at the door yet
             tensor, raw = _output(spec, values[spec.name])
             response.outputs.append(tensor)
             response.raw_output_contents.append(raw)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncGenerator, Sequence
 
 import numpy as np
@@ -14,7 +15,7 @@ from bls.postprocessing import Postprocessor, PostprocessResult, PostprocessStat
 from bls.preprocessing import Preprocessed, Preprocessor
 from bls.tensors import DictTensorSource, Outputs
 from bls.tokenizer import PromptTokenizer
-from engine.request import EngineRequest, FinishReason, RequestOutput, SamplingParams
+from engine.request import EngineRequest, FinishReason, RequestOutput, SamplingParams, TokenLogprobs
 
 
 class Sink:
@@ -345,3 +346,36 @@ async def test_resumed_reply_counts_only_the_tokens_it_sent(tokenizer: PromptTok
     sink = Sink()
     await LlmPipeline(stages).run("r1", inputs(resume_token_ids=tuple(ids[:cut])), sink)
     assert usage(sink) == (len(ids) - cut, 0)  # the server before billed the first `cut`
+
+
+class LogprobStages(FakeStages):
+    """The scripted engine, reporting log-probability -(token id) for each token, 2 alternatives."""
+
+    async def generate(self, request: EngineRequest) -> AsyncGenerator[RequestOutput, None]:
+        async for output in super().generate(request):
+            ids = output.new_token_ids
+            run = TokenLogprobs(
+                tuple(-float(t) for t in ids), tuple(t for t in ids for _ in (0, 1)), (-1.0,) * (2 * len(ids)), 2
+            )
+            yield dataclasses.replace(output, logprobs=run)
+
+
+async def test_logprobs_go_with_their_tokens_and_are_cut_with_them_at_a_stop(tokenizer: PromptTokenizer) -> None:
+    stages = LogprobStages(tokenizer, chunks_of(tokenizer, REPLY + " and more text after it", 3))
+    sink = Sink()
+    source = inputs(stops=("Observation:",))
+    await LlmPipeline(stages).run(
+        "r1", DictTensorSource({**source._tensors, "logprobs": np.array([2], np.int32)}), sink
+    )
+    assert stages.requests[0].sampling.logprobs == 2
+    sent = [(o["output_token_ids"].tolist(), o["output_token_logprobs"].tolist(), o["output_top_logprob_ids"].tolist())
+            for o, _, _ in sink.sent if o is not None]  # fmt: skip
+    for ids, values, top in sent:  # aligned in every response, the last one cut at the stop
+        assert values == [-float(t) for t in ids] and top == [t for t in ids for _ in (0, 1)]
+    assert sum(len(ids) for ids, _, _ in sent) == sink.final()[0]["completion_tokens"][0]  # type: ignore[index]
+
+
+async def test_no_logprob_tensors_unless_asked(tokenizer: PromptTokenizer) -> None:
+    sink = Sink()
+    await LlmPipeline(LogprobStages(tokenizer, chunks_of(tokenizer, REPLY, 4))).run("r1", inputs(), sink)
+    assert all(not any("logprob" in name for name in o) for o, _, _ in sink.sent if o is not None)

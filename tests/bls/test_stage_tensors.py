@@ -25,7 +25,7 @@ from bls.postprocessing import (
 from bls.preprocessing import Preprocessor, parse_preprocess_outputs, preprocess_inputs
 from bls.tensors import DictTensorSource, InputError, int32_scalar
 from bls.tokenizer import PromptTokenizer
-from engine.request import EngineRequest, FinishReason, RequestClass, RequestOutput, SamplingParams
+from engine.request import EngineRequest, FinishReason, RequestClass, RequestOutput, SamplingParams, TokenLogprobs
 
 
 def test_preprocessing_round_trip(tokenizer: PromptTokenizer) -> None:
@@ -117,3 +117,18 @@ def test_llm_request_round_trip_and_validation() -> None:
     bad["request_class"] = np.array([b"urgent"], dtype=np.object_)
     with pytest.raises(InputError, match="request_class must be one of"):
         parse_llm_request(DictTensorSource(bad))
+
+
+def test_engine_output_round_trip_with_logprobs_and_requests_carry_the_new_inputs() -> None:
+    sampling = SamplingParams(max_tokens=4, grammar="start: /[0-9]+/", logprobs=2, prompt_logprobs=1)
+    output = RequestOutput(
+        "r", (4, 5), False, None, 3, 0, 2,
+        logprobs=TokenLogprobs((-0.5, -0.25), (4, 1, 5, 2), (-0.5, -1.5, -0.25, -3.0), 2),
+        prompt_logprobs=TokenLogprobs((-2.0, -1.0), (7, 8), (-1.0, -0.5), 1),
+    )  # fmt: skip
+    tensors = engine_output_tensors(output)
+    assert parse_engine_output("r", DictTensorSource(tensors), final=False, sampling=sampling) == output
+    plain = engine_output_tensors(RequestOutput("r", (4,), False, None, 3, 0, 1))
+    assert not any("logprob" in name for name in plain)  # nothing when not asked
+    request = EngineRequest("r", (1, 2), sampling)
+    assert parse_engine_request("r", DictTensorSource(engine_request_tensors(request))) == request

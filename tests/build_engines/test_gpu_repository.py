@@ -183,3 +183,14 @@ def test_legacy_backend_config_and_build_script(tmp_path: Path) -> None:
     ):
         assert flag in script
     assert script.index("convert_checkpoint.py") < script.index("trtllm-build")
+
+
+def test_model_yaml_turns_on_the_llguidance_backend_the_pin_accepts(tmp_path: Path) -> None:
+    """Guided decoding on the GPU path: the same library, and grammar form, as the CPU engine's;
+    the generated model.yaml carries it and the pin's check accepts it."""
+    repo = fill_repository(project_config(tmp_path, TARGETS[1]), "large")
+    args = yaml.safe_load((repo / "tensorrt_llm" / "model.yaml").read_text())
+    assert args["guided_decoding_backend"] == "llguidance" and llm_api_problems(args) == []
+    assert llm_api_problems({**args, "guided_decoding_backend": "outlines"}) == [
+        "guided_decoding_backend 'outlines' is not one of ['llguidance', 'xgrammar']"
+    ]

@@ -25,9 +25,10 @@ from bls.postprocessing import PostprocessResult, PostprocessState
 from bls.preprocessing import Preprocessed
 from bls.tensors import Array, DictTensorSource, Outputs
 from bls.tokenizer import StopTokenSequences
-from contracts.generation import GenerationDelta, GenerationRequest, Usage
+from contracts.generation import GenerationDelta, GenerationRequest, Logprobs, Usage
 from contracts.llm_tensors import (
     INPUT_IDS,
+    LLM_ALWAYS_OUTPUT_NAMES,
     LLM_INPUTS,
     LLM_OUTPUT_NAMES,
     LLM_OUTPUTS,
@@ -40,7 +41,7 @@ from contracts.llm_tensors import (
 )
 from contracts.schemas import GenerateBody
 from contracts.token_ids import PackedTokenIds
-from engine.request import EngineRequest, FinishReason, RequestClass, RequestOutput, SamplingParams
+from engine.request import EngineRequest, FinishReason, RequestClass, RequestOutput, SamplingParams, TokenLogprobs
 from router.triton_backend import build_inputs, parse_response
 
 LLM_CONFIG = Path(__file__).resolve().parents[2] / "model_repository" / "llm" / "config.pbtxt"
@@ -59,6 +60,9 @@ EVERY_OPTION = GenerationRequest(
     ignore_eos=True,
     resume_token_ids=(3, 4),
     cache_namespace="team-a",
+    guided_grammar='start: %json {"type":"object"}',
+    logprobs=5,
+    prompt_logprobs=1,
 )
 # What the gateway sends: the prompt as the token ids it encoded, in the text's place.
 TOKENIZED = dataclasses.replace(EVERY_OPTION, prompt_token_ids=PackedTokenIds.pack((1, 7, 8, 9)))
@@ -81,7 +85,17 @@ def served(request: GenerationRequest) -> dict[str, Array]:
 def test_every_field_the_gateway_sends_arrives_in_the_bls_model() -> None:
     assert parse_llm_request(DictTensorSource(served(EVERY_OPTION))) == LlmRequest(
         prompt="héllo 🚀",
-        sampling=SamplingParams(max_tokens=9, temperature=0.5, top_p=0.75, top_k=40, seed=2**40, ignore_eos=True),
+        sampling=SamplingParams(
+            max_tokens=9,
+            temperature=0.5,
+            top_p=0.75,
+            top_k=40,
+            seed=2**40,
+            ignore_eos=True,
+            grammar='start: %json {"type":"object"}',
+            logprobs=5,
+            prompt_logprobs=1,
+        ),
         stops=("\n", "END"),
         stream=True,
         request_class=RequestClass.BULK,
@@ -144,6 +158,10 @@ def test_each_input_names_the_request_field_it_carries() -> None:
         "input_ids",
         "resume_token_ids",
         "cache_namespace",
+        # Until /v1/generate's body has them (docs/openai.md): the gateway alone sets them today.
+        "guided_grammar",
+        "logprobs",
+        "prompt_logprobs",
     ]
 
 
@@ -183,7 +201,26 @@ class OneResponseStages:
         return Preprocessed(input_ids, StopTokenSequences((), ()))
 
     async def generate(self, request: EngineRequest) -> AsyncGenerator[RequestOutput, None]:
-        yield RequestOutput(request.request_id, self.token_ids, True, FinishReason.LENGTH, 4, 2, len(self.token_ids))
+        n, k = len(self.token_ids), request.sampling.logprobs
+        logprobs = (
+            None
+            if k is None
+            else TokenLogprobs(tuple(-0.5 * (i + 1) for i in range(n)), tuple(range(n * k)), (-0.25,) * (n * k), k)
+        )
+        prompt = None
+        if request.sampling.prompt_logprobs is not None:  # 1 alternative each, for prompt tokens 1..3
+            prompt = TokenLogprobs((-2.0, -3.0, -4.0), (1, 2, 3), (-1.0, -2.0, -3.0), 1)
+        yield RequestOutput(
+            request.request_id,
+            self.token_ids,
+            True,
+            FinishReason.LENGTH,
+            4,
+            2,
+            n,
+            logprobs=logprobs,
+            prompt_logprobs=prompt,
+        )
 
     async def cancel(self, request_id: str) -> None:
         raise AssertionError("nothing to cancel")
@@ -215,16 +252,42 @@ class Result:
         return self._outputs.get(name)
 
 
-@pytest.mark.parametrize("request_", [EVERY_OPTION, TOKENIZED], ids=["text", "token-ids"])
+@pytest.mark.parametrize(
+    "request_",
+    [EVERY_OPTION, TOKENIZED, dataclasses.replace(EVERY_OPTION, resume_token_ids=())],
+    ids=["text", "token-ids", "not-resumed"],
+)
 async def test_what_the_bls_model_answers_the_gateway_reads(request_: GenerationRequest) -> None:
+    """Log-probabilities included: the request asks for 5 alternatives a token and the prompt's,
+    which only a reply that is not resumed gets (the server before sent them with its first token)."""
     sink = Sink()
     stages = OneResponseStages((5, 6, 7), "héllo")
     await LlmPipeline(stages).run("r1", DictTensorSource(served(request_)), sink)
     [(outputs, final, error)] = sink.sent
     assert final and error is None and outputs is not None
-    assert tuple(outputs) == LLM_OUTPUT_NAMES
+    resumed = bool(request_.resume_token_ids)
+    assert tuple(outputs) == tuple(
+        n for n in LLM_OUTPUT_NAMES if not (resumed and n.startswith("prompt_") and "logprob" in n)
+    )
     for spec in LLM_OUTPUTS:
+        if spec.name not in outputs:
+            continue
         assert outputs[spec.name].dtype == np.dtype(spec.dtype) and outputs[spec.name].ndim == 1, spec.name
     assert parse_response(Result(outputs)) == GenerationDelta(
-        text="héllo", token_ids=(5, 6, 7), finish_reason="length", usage=Usage(4, 2, 3)
+        text="héllo",
+        token_ids=(5, 6, 7),
+        finish_reason="length",
+        usage=Usage(4, 2, 3),
+        logprobs=Logprobs((-0.5, -1.0, -1.5), tuple(range(15)), (-0.25,) * 15),
+        prompt_logprobs=None if resumed else Logprobs((-2.0, -3.0, -4.0), (1, 2, 3), (-1.0, -2.0, -3.0)),
     )
+
+
+async def test_a_request_that_does_not_ask_gets_no_logprob_tensors() -> None:
+    plain = GenerationRequest(request_id="r2", model_id="small", prompt="hi", max_tokens=3)
+    sink = Sink()
+    await LlmPipeline(OneResponseStages((5, 6, 7), "héllo")).run("r2", DictTensorSource(served(plain)), sink)
+    [(outputs, _, _)] = sink.sent
+    assert outputs is not None and tuple(outputs) == LLM_ALWAYS_OUTPUT_NAMES
+    delta = parse_response(Result(outputs))
+    assert delta.logprobs is None and delta.prompt_logprobs is None

@@ -553,3 +553,31 @@ def test_host_stop_ends_a_running_reply_aborted_once(make_host: Any) -> None:
     last = sink.wait_final()
     assert last is not None and last["finish_reason"][0] == b"aborted" and int(last["completion_tokens"][0]) == 2
     assert generation.aborted and llm.shut_down
+
+
+def test_a_grammar_goes_to_tensorrt_llms_guided_decoding_and_bad_ones_are_refused() -> None:
+    """The request's Lark grammar becomes `guided_decoding=GuidedDecodingParams(grammar=...)`;
+    a grammar llguidance refuses, log-probabilities and a constrained resume are the caller's
+    errors here, before the LLM sees anything."""
+    llm = FakeLLM()
+    loop = LlmApiEngineLoop(llm, dict, LIMITS, stats_interval_s=0.01, guided_decoding_params=dict)
+    loop.start()
+    try:
+        grammar = 'start: %json {"type":"object"}'
+        constrained = make_request("g", (1, 2), max_tokens=3)
+        constrained = replace(constrained, sampling=replace(constrained.sampling, grammar=grammar))
+        read_to_end(loop.submit(constrained))
+        (call,) = llm.calls
+        assert call.sampling["guided_decoding"] == {"grammar": grammar}
+        refused = {
+            "the grammar does not compile": replace(constrained.sampling, grammar="start: nope"),
+            "log-probabilities are not served": replace(constrained.sampling, grammar=None, logprobs=2),
+        }
+        for message, sampling in refused.items():
+            with pytest.raises(ValueError, match=message):
+                loop.submit(replace(constrained, request_id="x", sampling=sampling))
+        with pytest.raises(ValueError, match="cannot be resumed"):
+            loop.submit(replace(constrained, request_id="y", resume_token_ids=(3,)))
+        assert len(llm.calls) == 1
+    finally:
+        loop.stop(TIMEOUT_S)

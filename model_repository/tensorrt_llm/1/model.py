@@ -17,12 +17,17 @@ class TritonPythonModel:
     def initialize(self, args):
         enable_fault_log()  # a crash leaves Python stacks in the server's log
         from tensorrt_llm import LLM, SamplingParams  # only on GPU hosts
+        from tensorrt_llm.sampling_params import GuidedDecodingParams
 
         config = json.loads(args["model_config"])
         require_decoupled(config, True)
         params = model_parameters(config)
         llm_args = load_llm_args(Path(args["model_repository"]) / MODEL_YAML)
-        loop = LlmApiEngineLoop(LLM(**llm_args), SamplingParams, engine_limits(llm_args, params))
+        # Grammars only when model.yaml turned a guided decoding backend on (build_engines/llm_api_args.py).
+        guided = GuidedDecodingParams if llm_args.get("guided_decoding_backend") else None
+        loop = LlmApiEngineLoop(
+            LLM(**llm_args), SamplingParams, engine_limits(llm_args, params), guided_decoding_params=guided
+        )
         self._host = triton_engine_host(pb_utils, args, params, loop)
         self._host.start()
 
