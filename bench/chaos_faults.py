@@ -3,7 +3,8 @@ order that repeats (every kind comes once before any comes twice), each recorded
 history with its time and target.
 
     kill-tritonserver   SIGKILL a server's tritonserver (its wrapper sees it; the supervisor relaunches)
-    kill-engine-stub    SIGKILL the Python stub of a server's `cpu_engine` model
+    kill-engine-stub    SIGKILL the Python stub that runs a server's engine (`llm`'s own, or
+                        `cpu_engine`'s when it is a model of its own)
     kill-gateway-worker SIGKILL one uvicorn worker (uvicorn starts another)
     kill-dispatcher     SIGKILL the bulk dispatcher; the bench starts it again
     kill-supervisor     SIGKILL the supervisor; the bench starts it again (the servers live on)
@@ -133,7 +134,7 @@ class FaultInjector:
         elif kind == "kill-engine-stub":
             stub = engine_stub_of(triton)
             if stub is None:
-                raise RuntimeError(f"{server_id} has no cpu_engine stub")
+                raise RuntimeError(f"{server_id} has no engine stub")
             os.kill(stub, signal.SIGKILL)
             self._history.fault(kind, server_id, f"pid {stub}")
         elif kind == "freeze":

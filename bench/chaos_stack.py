@@ -202,8 +202,11 @@ def tritonserver_of(wrapper_pid: int) -> int | None:
 
 
 def engine_stub_of(tritonserver_pid: int) -> int | None:
-    """The Python backend stub that runs the engine model (`cpu_engine`) of a tritonserver."""
-    return next(
-        (pid for pid, cmd in children(tritonserver_pid) if "triton_python_backend_stub" in cmd and "cpu_engine" in cmd),
-        None,
-    )
+    """The Python backend stub that runs a tritonserver's engine: the `cpu_engine` model's, or
+    `llm`'s own when the engine runs inside it (the pools' default)."""
+    stubs = [(pid, cmd) for pid, cmd in children(tritonserver_pid) if "triton_python_backend_stub" in cmd]
+    for model in ("cpu_engine/", "llm/"):
+        found = next((pid for pid, cmd in stubs if model in cmd), None)
+        if found is not None:
+            return found
+    return None

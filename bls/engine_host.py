@@ -1,4 +1,6 @@
-"""Hosts one EngineLoop inside the `cpu_engine` Triton model.
+"""Hosts one EngineLoop inside a Triton model: the `cpu_engine` model, or `llm` itself when
+the engine runs in `llm`'s process (bls/in_process_engine.py: `submit` instead of `handle`,
+outputs handed over in memory instead of as response tensors).
 
     execute() ──handle()──▶ parse ──▶ EngineLoop.submit(request, notify=wake)
                                             │ engine thread steps, outputs pile up per request
@@ -72,11 +74,38 @@ class EngineLoopLike(Protocol):
     def stats(self) -> EngineStats: ...
 
 
+class OutputSink(Protocol):
+    """Where one request's outputs go: Triton's response sender, as the engine model's
+    tensors (`handle`), or the `llm` pipeline of the same process when the engine runs
+    inside `llm` (`submit`, bls/in_process_engine.py)."""
+
+    def deliver(self, output: RequestOutput) -> None:
+        """One output (merged deltas; the last has `finished`). Called on the sender thread."""
+        ...
+
+    def is_cancelled(self) -> bool:
+        """Whether the request's client has gone (polled every `cancel_poll_s`)."""
+        ...
+
+
+class _TensorSink:
+    """Outputs as the engine model's response tensors on a Triton response sender."""
+
+    def __init__(self, sink: ResponseSink) -> None:
+        self._sink = sink
+
+    def deliver(self, output: RequestOutput) -> None:
+        self._sink.send(engine_output_tensors(output), final=output.finished)
+
+    def is_cancelled(self) -> bool:
+        return self._sink.is_cancelled()
+
+
 @dataclass(slots=True)
 class _Active:
     request: EngineRequest
     stream: RequestStreamLike
-    sink: ResponseSink
+    sink: OutputSink
     cancel_sent: bool = False
     last_sent_at: float | None = None  # None until the first response went out
     first_sent: float | None = None  # wall clock of the first token's response (latency log)
@@ -170,7 +199,7 @@ class EngineHost:
                 sink.send(None, final=True)
                 return
             request = parse_engine_request(request_id or self._anonymous_id(), src)
-            self._submit(request, sink)
+            self.submit(request, _TensorSink(sink))
         except (InputError, ValueError) as exc:  # ValueError: the engine cannot serve it
             sink.send(None, final=True, error=invalid_input_message(str(exc)))
         except Exception as exc:  # the request must never hang: answer with the error
@@ -265,7 +294,9 @@ class EngineHost:
             except Exception:  # keep serving the other requests
                 logger.exception("engine host sender pass failed")
 
-    def _submit(self, request: EngineRequest, sink: ResponseSink) -> None:
+    def submit(self, request: EngineRequest, sink: OutputSink) -> None:
+        """Run `request`, its outputs to `sink` as the engine writes them (paced as every
+        reply is). InputError when its id is already running here."""
         with self._lock:
             if request.request_id in self._active:
                 raise InputError(f"request id {request.request_id!r} is already running on this engine")
@@ -276,17 +307,12 @@ class EngineHost:
                 self._active[request.request_id] = _Active(request, stream, sink)
         if cancelled_early:
             prompt = len(request.prompt_token_ids)
-            sink.send(
-                engine_output_tensors(
-                    RequestOutput(request.request_id, (), True, FinishReason.CANCELLED, prompt, 0, 0)
-                ),
-                final=True,
-            )
+            sink.deliver(RequestOutput(request.request_id, (), True, FinishReason.CANCELLED, prompt, 0, 0))
         self._wake.set()
 
     def _send(self, entry: _Active, output: RequestOutput) -> None:
         try:
-            entry.sink.send(engine_output_tensors(output), final=output.finished)
+            entry.sink.deliver(output)
             if self._latency_log is not None:
                 self._log_latency(entry, output)
         except Exception:

@@ -5,9 +5,11 @@
                                                    │  ids), postprocessor (postprocess_in_process)
                                                    ├─ engine dialect, and gauges when the
                                                    │  engine cannot publish its own
+                                                   ├─ the engine itself (engine_in_process:
+                                                   │  bls/in_process_engine.py)
                                                    └─ TritonStages ─▶ LlmPipeline
     execute(requests) ─▶ one pipeline run per request, all at once on the stub's event loop
-    close()           ─▶ gauges stopped, executor shut down
+    close()           ─▶ gauges stopped, the engine stopped, executor shut down
 
 The shell (model_repository/llm/1/model.py) keeps Triton's lifecycle only; everything here
 takes `pb_utils` as an argument, so it is tested with a fake one.
@@ -21,9 +23,13 @@ from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from bls.engine_host import EngineHost
+from bls.engine_shell import triton_engine_host
+from bls.in_process_engine import InProcessEngine
 from bls.llm_engine_gauges import LlmEngineGauges
 from bls.llm_pipeline import LlmPipeline
 from bls.model_config import (
+    engine_config_from_parameters,
     engine_dialect_from_parameters,
     model_parameters,
     param_bool,
@@ -37,6 +43,8 @@ from bls.tokenizer import PromptTokenizer
 from bls.triton_bindings import PbResponseSink, PbTensorSource, RequestIds
 from bls.triton_stages import TritonStages
 from contracts.latency_log import LatencyLog
+from engine.engine_loop import EngineLoop
+from engine.llm_engine import LLMEngine
 
 
 class LlmModel:
@@ -48,8 +56,10 @@ class LlmModel:
         pipeline: LlmPipeline,
         executor: ThreadPoolExecutor,
         gauges: LlmEngineGauges | None = None,
+        host: EngineHost | None = None,
     ) -> None:
         self._pb = pb_utils
+        self._host = host
         self._pipeline = pipeline
         self._executor = executor
         self._gauges = gauges
@@ -63,6 +73,13 @@ class LlmModel:
         # The tokenizer `preprocessing` loads, for prompts that arrive as token ids (their range,
         # their stop strings) and, when asked, for detokenizing in this process.
         tokenizer = PromptTokenizer.from_model_dir(param_path(params, "model_dir"))
+        # The engine in this process (bls/in_process_engine.py) when the repository says so.
+        host = None
+        if param_bool(params, "engine_in_process", default=False):
+            engine = LLMEngine.from_pretrained(param_path(params, "model_dir"), engine_config_from_parameters(params))
+            args = {"model_name": model_name, "model_version": model_version}
+            host = triton_engine_host(pb_utils, args, params, EngineLoop(engine))
+            host.start()
         postprocessor = Postprocessor(tokenizer) if param_bool(params, "postprocess_in_process") else None
         dialect = engine_dialect_from_parameters(params)
         engine_model = param_str(params, "engine_model_name")
@@ -77,10 +94,10 @@ class LlmModel:
             gauges.start()
         stages = TritonStages(
             pb_utils, engine_model, executor, postprocessor=postprocessor, preprocessor=Preprocessor(tokenizer),
-            dialect=dialect, observer=gauges,
+            dialect=dialect, observer=gauges, engine=None if host is None else InProcessEngine(host),
         )  # fmt: skip
         pipeline = LlmPipeline(stages, latency_log=LatencyLog.from_environment(os.environ))
-        return cls(pb_utils, pipeline, executor, gauges)
+        return cls(pb_utils, pipeline, executor, gauges, host)
 
     async def execute(self, requests: Iterable[Any]) -> None:
         """Serve Triton requests; each one is answered on its own response sender."""
@@ -102,4 +119,6 @@ class LlmModel:
         can still tell the server, not at its teardown (a SIGSEGV, see bls/engine_host.py)."""
         if self._gauges is not None:
             self._gauges.stop()
+        if self._host is not None:
+            self._host.stop(timeout=5.0)
         self._executor.shutdown(wait=False, cancel_futures=True)

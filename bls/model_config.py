@@ -62,7 +62,10 @@ def param_float(params: Mapping[str, str], name: str) -> float:
         raise ModelConfigError(f"parameter {name!r} must be a number, got {value!r}") from None
 
 
-def param_bool(params: Mapping[str, str], name: str) -> bool:
+def param_bool(params: Mapping[str, str], name: str, *, default: bool | None = None) -> bool:
+    """A true/false parameter; `default` when it is absent (None: it must be there)."""
+    if default is not None and name not in params:
+        return default
     value = _get(params, name).strip().lower()
     if value in ("true", "1", "yes"):
         return True

@@ -1,4 +1,5 @@
-"""`LlmStages` over Triton BLS calls: what the `llm` model runs in production.
+"""`LlmStages` over Triton BLS calls: what the `llm` model runs in production (the engine
+itself in this process when `llm` hosts it: bls/in_process_engine.py).
 
 Every BLS call runs as a blocking `exec()` on our own thread pool, never as `async_exec()`.
 The stub implements `async_exec` as `run_in_executor(None, exec)`, i.e. on the event loop's
@@ -28,6 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from bls.engine_dialect import EngineDialect, EngineResponseParser, SwitchyardDialect
+from bls.in_process_engine import InProcessEngine
 from bls.llm_engine_gauges import EngineRequestObserver
 from bls.llm_pipeline import StageError
 from bls.postprocessing import (
@@ -80,12 +82,14 @@ class TritonStages:
         preprocessor: Preprocessor | None = None,
         dialect: EngineDialect | None = None,
         observer: EngineRequestObserver | None = None,
+        engine: InProcessEngine | None = None,
     ) -> None:
         """With `postprocessor`, detokenization runs in this process instead of a BLS call to
         the postprocessing model: same code, one Triton round trip less per response.
         `preprocessor` takes prompts that arrive as token ids (without one they are refused).
         `dialect` is the engine model's contract (default: switchyard); `observer` hears of
-        every engine request's start and of its end (the engine's FINAL)."""
+        every engine request's start and of its end (the engine's FINAL). With `engine`, the
+        engine runs in this process (bls/in_process_engine.py) and no BLS call reaches it."""
         self._pb = pb_utils
         self._engine_model = engine_model
         self._executor = executor
@@ -95,6 +99,7 @@ class TritonStages:
         self._preprocessor = preprocessor
         self._dialect: EngineDialect = dialect if dialect is not None else SwitchyardDialect()
         self._observer = observer
+        self._engine = engine
         # The parser of every request in flight, so a cancel can tell it (all on the event loop).
         self._parsers: dict[str, EngineResponseParser] = {}
 
@@ -136,6 +141,11 @@ class TritonStages:
         return parse_postprocess_outputs(src)
 
     async def generate(self, request: EngineRequest) -> AsyncGenerator[RequestOutput, None]:
+        if self._engine is not None:
+            async with contextlib.aclosing(self._engine.generate(request)) as outputs:
+                async for output in outputs:
+                    yield output
+            return
         dialect = self._dialect
         infer = self._request(
             self._engine_model, dialect.request_tensors(request), dialect.output_names, request.request_id
@@ -182,6 +192,9 @@ class TritonStages:
             yield last
 
     async def cancel(self, request_id: str) -> None:
+        if self._engine is not None:
+            await self._engine.cancel(request_id)
+            return
         parser = self._parsers.get(request_id)
         if parser is not None:
             parser.cancel_requested()

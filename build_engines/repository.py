@@ -10,6 +10,8 @@ The stage models (`llm`, `preprocessing`, `postprocessing`) are the same on ever
 engine model is the one `serving` in switchyard.yaml names (`EngineModel`):
 
     serving.target  trtllm_engine   engine model     from template        `llm` speaks
+    cpu             -               none: in `llm`   cpu_engine's params  (in memory)
+                                    (engine_in_process, the default)
     cpu             -               cpu_engine       cpu_engine           switchyard tensors
     trtllm          llmapi          tensorrt_llm     tensorrt_llm         switchyard tensors
                                     + model.yaml (build_engines/llm_api_args.py)
@@ -41,6 +43,7 @@ TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "model_repository"
 STAGE_MODELS = ("llm", "preprocessing", "postprocessing")
 
 _PLACEHOLDER = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_PARAMETER_KEY = re.compile(r'^\s*parameters\s*\{\s*key:\s*"([^"]+)"', re.MULTILINE)
 # A reply waiting on the engine holds one llm worker thread (bls/triton_stages.py); threads
 # start lazily, so a generous cap costs nothing until it is used.
 DEFAULT_MAX_STREAMS = 4096
@@ -160,7 +163,10 @@ def fill_repository(
     try:
         for model in STAGE_MODELS:
             _fill_model(templates_dir / model, staging / model, values)
-        _fill_model(templates_dir / engine.template, staging / engine.name, values)
+        if engine == CPU_ENGINE and config.pools[pool_id].engine_in_process:
+            _host_engine_in_llm(templates_dir / engine.template, staging / "llm", values)
+        else:
+            _fill_model(templates_dir / engine.template, staging / engine.name, values)
         if engine == LLM_API_ENGINE:
             model_yaml = yaml.safe_dump(llm_api_args(config, pool_id), sort_keys=False)
             (staging / engine.name / "model.yaml").write_text(model_yaml)
@@ -171,6 +177,25 @@ def fill_repository(
         if staging.exists():
             shutil.rmtree(staging)
     return target
+
+
+def _host_engine_in_llm(engine_template: Path, llm: Path, values: Mapping[str, str]) -> None:
+    """`llm` runs the engine itself (bls/in_process_engine.py): its config gains the engine
+    template's parameters (those it lacks) and `engine_in_process`; no engine model is
+    written. The parameters come from the engine's own template, so the two cannot drift."""
+    engine_config = engine_template / "config.pbtxt"
+    filled = fill_template(engine_config.read_text(), values, str(engine_config))
+    llm_config = llm / "config.pbtxt"
+    text = llm_config.read_text()
+    present = set(_PARAMETER_KEY.findall(text))
+    lines = [
+        line
+        for line in filled.splitlines()
+        if (key := _PARAMETER_KEY.search(line)) is not None and key.group(1) not in present
+    ]
+    lines.append('parameters { key: "engine_in_process", value: { string_value: "true" } }')
+    header = f"\n# The engine runs in this model's process: {engine_template.name}'s parameters.\n"
+    llm_config.write_text(text.rstrip("\n") + "\n" + header + "\n".join(lines) + "\n")
 
 
 def _fill_model(template: Path, out: Path, values: Mapping[str, str]) -> None:

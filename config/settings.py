@@ -125,6 +125,11 @@ class PoolSpec(_Strict):
     # `llm` detokenizes in its own process (the same code as the `postprocessing` model)
     # instead of a BLS call per streamed response.
     postprocess_in_process: bool = True
+    # On the CPU target the engine runs inside `llm`'s own process (no `cpu_engine` model):
+    # its outputs reach the pipeline in memory, not through Triton and a second Python
+    # process per streamed response (bls/in_process_engine.py). GPU targets keep their engine
+    # model (TensorRT-LLM's backend).
+    engine_in_process: bool = True
 
     @property
     def copies_limit(self) -> int:

@@ -55,7 +55,9 @@ def test_every_generated_config_parses_as_triton_model_config(tmp_path: Path, se
     for pool_id in config.pools:
         repo = fill_repository(config, pool_id)
         models = sorted(path.name for path in repo.iterdir())
-        assert models == sorted(["llm", "preprocessing", "postprocessing", engine_name])
+        # The CPU engine runs inside `llm` (engine_in_process, the default): no model of its own.
+        in_process = serving.target == "cpu" and config.pools[pool_id].engine_in_process
+        assert models == sorted(["llm", "preprocessing", "postprocessing", *([] if in_process else [engine_name])])
         parsed = {name: parse_model_config(repo / name / "config.pbtxt") for name in models}
         for name, model_config in parsed.items():
             assert model_config.name == name
@@ -69,8 +71,11 @@ def test_every_generated_config_parses_as_triton_model_config(tmp_path: Path, se
 
 
 def test_llm_api_engine_takes_the_cpu_engine_tensors(tmp_path: Path) -> None:
-    """Only the engine changes between targets: `llm` sends both the same tensors."""
-    cpu = fill_repository(project_config(tmp_path / "cpu", TARGETS[0]), "small")
+    """Only the engine changes between targets: `llm` sends both the same tensors (the CPU
+    engine as a model of its own, as it runs when not inside `llm`)."""
+    cpu_config = project_config(tmp_path / "cpu", TARGETS[0])
+    pools = {pid: pool.model_copy(update={"engine_in_process": False}) for pid, pool in cpu_config.pools.items()}
+    cpu = fill_repository(cpu_config.model_copy(update={"pools": pools}), "small")
     gpu = fill_repository(project_config(tmp_path / "gpu", TARGETS[1]), "small")
     cpu_engine = parse_model_config(cpu / "cpu_engine" / "config.pbtxt")
     trtllm = parse_model_config(gpu / "tensorrt_llm" / "config.pbtxt")

@@ -8,7 +8,7 @@ from build_engines.repository import TemplateError, fill_repository, fill_templa
 from config.settings import SwitchyardConfig
 
 
-def make_config(root: Path) -> SwitchyardConfig:
+def make_config(root: Path, *, engine_in_process: bool = False) -> SwitchyardConfig:
     return SwitchyardConfig(
         root=root,
         models={"tiny": {"weights_uri": "var/models/tiny", "max_context_tokens": 256}},  # type: ignore[dict-item]
@@ -22,6 +22,7 @@ def make_config(root: Path) -> SwitchyardConfig:
                     "long_prefill_tokens": 128,
                 },
                 "ports": {"http": 1, "grpc": 2, "metrics": 3},
+                "engine_in_process": engine_in_process,
             }
         },
     )
@@ -42,6 +43,20 @@ def test_fills_every_model_of_the_pool(tmp_path: Path) -> None:
     assert 'key: "enable_prefix_caching", value: { string_value: "false" }' in engine
     assert 'key: "long_prefill_tokens", value: { string_value: "128" }' in engine
     assert 'string_value: "cpu_engine"' in (repo / "llm" / "config.pbtxt").read_text()
+
+
+def test_an_engine_in_process_is_llm_s_own(tmp_path: Path) -> None:
+    """No engine model: `llm` carries the engine template's parameters, each once, and says
+    it hosts the engine; what Triton parses is one valid config."""
+    repo = fill_repository(make_config(tmp_path, engine_in_process=True), "tiny")
+    assert sorted(p.name for p in repo.iterdir()) == ["llm", "postprocessing", "preprocessing"]
+    llm = (repo / "llm" / "config.pbtxt").read_text()
+    assert 'key: "engine_in_process", value: { string_value: "true" }' in llm
+    assert 'key: "block_size", value: { string_value: "8" }' in llm
+    assert 'key: "long_prefill_tokens", value: { string_value: "128" }' in llm
+    assert llm.count('key: "model_dir"') == 1  # both templates name it: kept once
+    separate = (fill_repository(make_config(tmp_path / "b"), "tiny") / "llm" / "config.pbtxt").read_text()
+    assert 'key: "engine_in_process"' not in separate
 
 
 def test_refill_replaces_stale_files(tmp_path: Path) -> None:

@@ -29,8 +29,6 @@ if TYPE_CHECKING:  # conftest modules are not importable under --import-mode=imp
 
 pytestmark = pytest.mark.integration
 
-MODELS = ("cpu_engine", "llm", "preprocessing", "postprocessing")
-
 
 def _inputs(prompt: str, max_tokens: int) -> list[grpcclient.InferInput]:
     inputs = []
@@ -62,9 +60,20 @@ async def _serve_a_few(server: TritonServer, count: int) -> int:
     return answered
 
 
-def test_a_server_that_served_requests_stops_without_a_stub_crash(tiny_model: TinyModel) -> None:
+@pytest.mark.parametrize("engine_in_process", [True, False], ids=["engine-in-llm", "engine-model"])
+def test_a_server_that_served_requests_stops_without_a_stub_crash(
+    tiny_model: TinyModel, engine_in_process: bool
+) -> None:
+    """Whichever stub hosts the engine (`llm`'s own, or `cpu_engine`'s) frees what it holds
+    of the server's before the server is gone."""
     config = tiny_model.config
+    pools = config.pools.items()
+    config = config.model_copy(
+        update={"pools": {pid: pool.model_copy(update={"engine_in_process": engine_in_process}) for pid, pool in pools}}
+    )
     repository = fill_repository(config, "tiny")
+    models = sorted(path.name for path in repository.iterdir())
+    assert ("cpu_engine" in models) is not engine_in_process
     http, grpc, metrics = free_ports(3)
     server = TritonServer(
         repository,
@@ -81,7 +90,7 @@ def test_a_server_that_served_requests_stops_without_a_stub_crash(tiny_model: Ti
     finally:
         server.stop()
     log = server.log_path.read_text()
-    for model in MODELS:  # every stub ran its finalize and is gone
+    for model in models:  # every stub ran its finalize and is gone
         assert f"successfully unloaded '{model}'" in log
     crashes = [line for line in log.splitlines() if FATAL_SIGNAL_LINE in line]
     assert crashes == [], f"a stub crashed while the server stopped:\n{log[-3000:]}"

@@ -113,8 +113,13 @@ def tritonserver_pid(wrapper_pid: int) -> int:
 
 
 def engine_stub_pid(server_pid: int) -> int:
-    """The Python stub of `cpu_engine` (Triton's child whose command line names its model.py)."""
-    return int(subprocess.check_output(["pgrep", "-P", str(server_pid), "-f", "cpu_engine/1/model.py"]).split()[0])
+    """The Python stub that runs the engine (Triton's child whose command line names its
+    model.py): `llm`'s own when the engine runs in it (the default), else `cpu_engine`'s."""
+    for model in ("cpu_engine", "llm"):
+        found = subprocess.run(["pgrep", "-P", str(server_pid), "-f", f"{model}/1/model.py"], capture_output=True)
+        if found.returncode == 0:
+            return int(found.stdout.split()[0])
+    raise LookupError(f"tritonserver {server_pid} runs no engine stub")
 
 
 async def _gone(pid: int) -> bool:

@@ -15,7 +15,7 @@ from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
 from config.internal_secrets import TRITON_GRPC_KEY_HEADER, TRITON_KEY_HEADER
 
-from .conftest import LiveGateway, TritonPool
+from .conftest import POOL_ID, LiveGateway, TritonPool
 
 pytestmark = pytest.mark.integration
 
@@ -40,7 +40,10 @@ def _infer(pool: TritonPool, model: str, inputs: list[grpcclient.InferInput], he
 def test_grpc_inference_without_the_key_is_refused(triton_pool: TritonPool, headers: dict[str, str] | None) -> None:
     text = [_tensor("text_input", np.array([b"probe another team's cache"], dtype=np.object_))]
     cancel = [_tensor("cancel_request_id", np.array([b"another-teams-request"], dtype=np.object_))]
-    for model, inputs in (("preprocessing", text), ("cpu_engine", cancel), ("llm", text)):
+    models = [("preprocessing", text), ("llm", text)]
+    if not triton_pool.config.pools[POOL_ID].engine_in_process:  # the engine is a model of its own
+        models.append(("cpu_engine", cancel))
+    for model, inputs in models:
         with pytest.raises(InferenceServerException, match="restricted"):
             _infer(triton_pool, model, inputs, headers)
     _infer(triton_pool, "preprocessing", text, triton_pool.headers)  # the gateway's key: served
