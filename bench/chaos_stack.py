@@ -44,13 +44,15 @@ PROMOTION_TIMEOUT_S = 60.0
 
 
 def with_replica_set(config: SwitchyardConfig) -> tuple[SwitchyardConfig, RedisReplicaSet]:
-    """`config` in sentinel mode over a new primary, replica and three sentinels on free ports
-    (not started), data under its var folder."""
+    """`config` in sentinel mode over a new primary, two replicas and three sentinels on free
+    ports (not started), data under its var folder. Two replicas: a primary refuses writes
+    without one (`min-replicas-to-write 1`), so the promoted one must still have a replica
+    while the killed node restarts (docs/redis.md)."""
     root = config.var_path / "redis-set"
     shutil.rmtree(root, ignore_errors=True)  # an earlier run's sentinels remember its ports
-    ports = free_ports(5)
+    ports = free_ports(6)
     replicas = RedisReplicaSet(
-        ports[:2], ports[2:], root, secrets_dir=config.secrets_path,
+        ports[:3], ports[3:], root, secrets_dir=config.secrets_path,
         down_after_ms=DOWN_AFTER_MS, failover_timeout_ms=FAILOVER_TIMEOUT_MS, host=config.redis.host,
     )  # fmt: skip
     spec = RedisSpec.model_validate({**config.redis.model_dump(), **replicas.redis_settings()})

@@ -13,7 +13,8 @@ whatever is queued into one pipeline on one connection:
 Nothing waits to fill a batch: an idle process sends a call at once, alone; under load the
 calls that queued while a pipeline was in flight go together in the next. So a worker uses at
 most `senders` connections for its scripts, whatever it has in flight, and one WAIT covers a
-whole batch in sentinel mode (`ReplicaAcks`, config/replica_acks.py).
+whole batch in sentinel mode (`ReplicaAcks`, config/replica_acks.py): a batch no replica
+acknowledged fails every call in it with `NotReplicated` ("retry", config/redis_errors.py).
 
 Each call's reply or error is its own: a script that fails fails its caller alone; a
 connection lost mid-batch fails every call in it with that error (each caller decides whether

@@ -13,50 +13,41 @@ for usage it would bill less than was served. Those writes are scripts (atomic),
 WAIT counts the replicas that acknowledged this connection's writes, so it must follow them on
 the same connection (a pool would hand it another), and inside MULTI it does not block. The
 reply then waits for the replica's acknowledgement: well under a millisecond on a local
-network, one command more per write. A replica that
-does not acknowledge within the timeout (away, or far behind) is logged, and for `pause_s`
-nothing more waits for it: while it is away there is nothing to fail over to, and a request
-should not pay the timeout three times over. With `replicas` 0 (one Redis, the default
-outside sentinel mode) a write is just the script, as before.
+network, one command more per write.
+
+A write no replica acknowledged within the timeout is not acknowledged to anyone: `run`
+raises `NotReplicated` (config/redis_errors.py, a ConnectionError: "Redis unreachable, retry").
+It may stand on the primary, but a primary cut off from its replica is the one the sentinels
+replace, and what it alone held is dropped when it rejoins as their replica: answering "done"
+would be the silent loss this module exists to prevent. The primary itself refuses writes
+once its replica has been out of reach for `min-replicas-max-lag` (NOREPLICAS,
+stack/redis_server.py); this covers the seconds before that (docs/redis.md). With `replicas`
+0 (one Redis, the default outside sentinel mode) a write is just the script, as before.
 """
 
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Callable
 from typing import Any
 
 import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError
 
+from config.redis_errors import NotReplicated
 from config.redis_settings import RedisSpec
 
 logger = logging.getLogger(__name__)
 
-PAUSE_S = 5.0
-
 
 class ReplicaAcks:
-    """Runs a write, then waits for `replicas` replicas to hold it (at most `timeout_ms`).
-    One per process: a replica found away pauses the waiting for all its writes."""
+    """Runs a write, then waits for `replicas` replicas to hold it (at most `timeout_ms`)."""
 
-    def __init__(
-        self,
-        replicas: int,
-        timeout_ms: int,
-        *,
-        pause_s: float = PAUSE_S,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
+    def __init__(self, replicas: int, timeout_ms: int) -> None:
         if replicas < 0 or timeout_ms < 1:
             raise ValueError(f"replicas must be >= 0 and timeout_ms >= 1, got {replicas} and {timeout_ms}")
         self.replicas = replicas
         self.timeout_ms = timeout_ms
-        self._pause_s = pause_s
-        self._clock = clock
-        self._paused_until = float("-inf")
         self.short_acks = 0  # writes a replica did not acknowledge in time (for tests and logs)
 
     @classmethod
@@ -64,23 +55,24 @@ class ReplicaAcks:
         return cls(spec.acks_required, spec.replica_ack_timeout_ms)
 
     def waiting(self) -> bool:
-        """Whether a write now waits for replicas (none configured, or paused after a miss)."""
-        return self.replicas > 0 and self._clock() >= self._paused_until
+        """Whether a write waits for replicas (any configured)."""
+        return self.replicas > 0
 
     def acknowledged(self, acked: int) -> None:
-        """Note WAIT's answer: short of `replicas`, log it and pause the waiting `pause_s`."""
+        """Check WAIT's answer: short of `replicas`, raise NotReplicated (the write is not
+        durable, so it must not count as done)."""
         if acked >= self.replicas:
             return
         self.short_acks += 1
-        self._paused_until = self._clock() + self._pause_s
-        logger.warning(
-            "a write reached %d of %d replicas within %d ms: not waiting for replicas for %.0f s",
-            acked, self.replicas, self.timeout_ms, self._pause_s,
-        )  # fmt: skip
+        logger.warning("a write reached %d of %d replicas within %d ms", acked, self.replicas, self.timeout_ms)
+        raise NotReplicated(
+            f"a write reached {acked} of {self.replicas} replicas within {self.timeout_ms} ms: not durable, retry"
+        )
 
     async def run(self, client: aioredis.Redis, script: AsyncScript, keys: list[str], args: list[Any]) -> Any:
-        """`script`'s reply, once `replicas` replicas hold what it wrote (or the wait timed
-        out, which is logged: the write itself stands)."""
+        """`script`'s reply, once `replicas` replicas hold what it wrote. Raises NotReplicated
+        when they did not within `timeout_ms`; a primary that refuses writes answers NOREPLICAS
+        (a ResponseError). Both mean "retry" (config/redis_errors.py)."""
         if not self.waiting():
             return await script(keys=keys, args=args, client=client)
         reply, acked = await self._write_and_wait(client, script, [*keys, *args], len(keys))

@@ -18,6 +18,10 @@ A report is a short comma-separated line (cheap to write at 10 Hz and to parse 4
 (on its own clock) knows the publisher is gone, even where clocks disagree. `sampled_at` (the
 publisher's clock) says how old the view is where clocks agree (NTP), which is what routing's
 staleness is measured by.
+
+A report may carry its server's registration epoch: it is then written only while no newer
+registration holds the id (fleet_state/epochs.py), so a server replaced while it was cut off
+cannot overwrite its replacement's load when its link comes back.
 """
 
 from __future__ import annotations
@@ -29,10 +33,22 @@ from dataclasses import dataclass
 import redis.asyncio
 
 from contracts.engine_metrics import EngineHealth
+from fleet_state.epochs import FENCE_CHECK, Fenced, epoch_key
 
 _UNREADABLE = "-"
 # Per server: the text of its load numbers last read, and the numbers (LoadReport.decode).
 KnownNumbers = dict[str, tuple[str, tuple[int, ...]]]
+
+
+# KEYS[1] the board, KEYS[2] the server's epoch counter; ARGV: server id, report, epoch. -1: fenced.
+_PUBLISH_FENCED = (
+    FENCE_CHECK
+    + """
+if fenced(KEYS[2], ARGV[3]) then return -1 end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+return 1
+"""
+)
 
 
 def board_key(pool_id: str, prefix: str = "sy:") -> str:
@@ -104,9 +120,18 @@ class LoadBoard:
         self._redis = client
         self._prefix = prefix
         self._known: KnownNumbers = {}  # see LoadReport.decode
+        self._publish_fenced = client.register_script(_PUBLISH_FENCED)
 
-    async def publish(self, pool_id: str, report: LoadReport) -> None:
-        await self._redis.hset(board_key(pool_id, self._prefix), report.server_id, report.encode())
+    async def publish(self, pool_id: str, report: LoadReport, *, epoch: int | None = None) -> None:
+        """Write the server's report; with `epoch`, only while no newer registration holds its
+        id (Fenced otherwise, and nothing written)."""
+        key = board_key(pool_id, self._prefix)
+        if epoch is None:
+            await self._redis.hset(key, report.server_id, report.encode())
+            return
+        keys = [key, epoch_key(report.server_id)]
+        if int(await self._publish_fenced(keys=keys, args=[report.server_id, report.encode(), str(epoch)])) == -1:
+            raise Fenced(report.server_id, epoch)
 
     async def remove(self, pool_id: str, server_id: str) -> None:
         """The server stopped: readers should not wait out its silence."""

@@ -15,6 +15,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from config.redis_errors import refused_for_replicas
 from contracts.caller_echo import echoed
 from contracts.errors import (
     ApiError,
@@ -96,6 +97,13 @@ def install_error_handlers(app: FastAPI) -> None:
         message = "a store the gateway needs is unreachable for a moment; retry shortly"
         return error_response(503, "server_error", message, None, {"Retry-After": "1"}, "service_unavailable")
 
+    async def on_redis_refusal(request: Request, exc: Exception) -> JSONResponse:
+        # NOREPLICAS: a primary cut off from its replica refuses writes (docs/redis.md): for the
+        # caller as transient as a failover. Any other refusal is a bug here.
+        if refused_for_replicas(exc):
+            return await on_redis_unreachable(request, exc)
+        return await on_unexpected(request, exc)
+
     async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
         logger.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
         count(request, 500, "server_error")
@@ -107,4 +115,5 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(BackendError, on_backend_error)
     app.add_exception_handler(redis.ConnectionError, on_redis_unreachable)  # BusyLoadingError too
     app.add_exception_handler(redis.TimeoutError, on_redis_unreachable)
+    app.add_exception_handler(redis.ResponseError, on_redis_refusal)
     app.add_exception_handler(Exception, on_unexpected)

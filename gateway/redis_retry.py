@@ -9,6 +9,8 @@ release are idempotent), so a connection that broke after Redis ran one costs no
 
     await until_reachable(lambda: store.record_final(...), what="the final record", retry_s=30)
 
+"Cannot be reached" includes a primary that refuses writes because it lost its replica
+(NOREPLICAS) and a write no replica acknowledged (`NotReplicated`): config/redis_errors.py.
 Other Redis errors are not retried: they will not go away by waiting.
 """
 
@@ -22,6 +24,8 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 import redis
+
+from config.redis_errors import redis_unreachable
 
 T = TypeVar("T")
 
@@ -48,8 +52,8 @@ async def until_reachable(
     while True:
         try:
             return await write()
-        except (redis.ConnectionError, redis.TimeoutError):
-            if time.monotonic() + delay > deadline:
+        except redis.RedisError as exc:
+            if not redis_unreachable(exc) or time.monotonic() + delay > deadline:
                 raise
             logger.warning("%s not written yet (redis unreachable): retrying", what, extra=extra)
             await asyncio.sleep(delay * random.uniform(0.5, 1.0))  # jittered: ends at once retry apart

@@ -7,6 +7,10 @@ load board (fleet_state/load_board.py), where gateways, the dispatcher and the a
 Once per server, whatever the number of readers: 400 servers at 10 Hz are 4,000 small writes a
 second in all (docs/capacity.md). The report is removed when the server stops, so readers do
 not wait out its silence.
+
+Each report carries the server's registration epoch when it has one: a server replaced while
+its host was cut off is refused (`Fenced`, fleet_state/epochs.py) when it comes back, and stops
+publishing, leaving its replacement's reports alone.
 """
 
 from __future__ import annotations
@@ -16,12 +20,14 @@ import contextlib
 import logging
 import threading
 import time
+from collections.abc import Callable
 
 import httpx
 import redis.asyncio
 
 from config.redis_client import redis_client
 from config.settings import SwitchyardConfig
+from fleet_state.epochs import Fenced
 from fleet_state.load_board import LoadBoard, LoadReport
 from fleet_state.server_health import probe_server
 
@@ -34,13 +40,22 @@ class LoadPublisher:
     """Publishes one server's reports from a thread of its own until `stop()`."""
 
     def __init__(
-        self, config: SwitchyardConfig, pool_id: str, server_id: str, health_url: str, metrics_url: str
+        self,
+        config: SwitchyardConfig,
+        pool_id: str,
+        server_id: str,
+        health_url: str,
+        metrics_url: str,
+        epoch: Callable[[], int | None] = lambda: None,
     ) -> None:
+        """`epoch`: the server's registration epoch now (None: none known yet, unfenced)."""
         self._config = config
         self._pool_id = pool_id
         self._server_id = server_id
         self._health_url = health_url
         self._metrics_url = metrics_url
+        self._epoch = epoch
+        self.fenced = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=lambda: asyncio.run(self._run()), name="load-publisher", daemon=True)
 
@@ -65,7 +80,11 @@ class LoadPublisher:
                     seq += 1
                     report = LoadReport(self._server_id, seq, time.time(), probe.ready, probe.engine, probe.refused)
                     try:
-                        await board.publish(self._pool_id, report)
+                        await board.publish(self._pool_id, report, epoch=self._epoch())
+                    except Fenced as exc:
+                        logger.error("%s: not publishing its load any more", exc)
+                        self.fenced.set()
+                        return  # the board's entry is the replacement's now: not removed
                     except (OSError, redis.RedisError) as exc:
                         if began - warned_at >= _WARN_EVERY_S:
                             logger.warning(

@@ -5,11 +5,17 @@ supervisor runs (a Kubernetes pod per server), the server's own process does the
 itself: it registers once its tritonserver is ready, heartbeats while the probes find it alive
 (health ready and the engine heartbeat advancing, `fleet_state.server_health.Liveness`), and
 deregisters when it stops. A server that stops beating reads as dead after `dead_after_s`.
+
+Each registration takes a new epoch (fleet_state/epochs.py). A server whose host was cut off
+long enough to be replaced (a new pod with its id registered) finds its heartbeat refused
+(`Fenced`) when the link comes back: it stops beating and sets `fenced`, and its process exits
+(server_host/server_process.py) instead of serving beside its replacement.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 import time
@@ -20,6 +26,7 @@ import redis.asyncio
 
 from config.redis_client import redis_client
 from config.settings import SwitchyardConfig
+from fleet_state.epochs import Fenced
 from fleet_state.registry import ServerInfo, ServerRegistry
 from fleet_state.server_health import Liveness, Verdict, probe_server
 from fleet_state.server_state import ServerState
@@ -34,6 +41,8 @@ class SelfRegistration:
         self._config = config
         self._info = info
         self._stop = threading.Event()
+        self.fenced = threading.Event()
+        self.epoch: int | None = None  # of its registration, once registered
         self._thread = threading.Thread(target=lambda: asyncio.run(self._run()), name="self-registration")
 
     def start(self) -> None:
@@ -58,16 +67,22 @@ class SelfRegistration:
                     verdict = liveness.observe(now, probe)
                     try:
                         if verdict is Verdict.ALIVE and not registered:
-                            await registry.register(replace(info, state=ServerState.READY, heartbeat_at=now))
+                            ready = replace(info, state=ServerState.READY, heartbeat_at=now, epoch=self.epoch)
+                            self.epoch = await registry.register(ready)  # again: the same epoch
                             registered = True
                         elif verdict is Verdict.ALIVE and not await registry.heartbeat(
-                            info.server_id, now, ServerState.READY
+                            info.server_id, now, ServerState.READY, epoch=self.epoch
                         ):
                             registered = False  # Redis lost it (flushed, restarted): register again
+                    except Fenced as exc:
+                        logger.error("%s: stopping", exc)
+                        self.fenced.set()
+                        return  # the record is the replacement's: not deregistered
                     except (OSError, redis.RedisError) as exc:
                         logger.warning("cannot reach the registry at %s: %s", self._config.redis.address, exc)
                     await asyncio.sleep(fleet.heartbeat_s)
                 if registered:
-                    await registry.deregister(info.server_id)
+                    with contextlib.suppress(Fenced):
+                        await registry.deregister(info.server_id, epoch=self.epoch)
         finally:
             await client.aclose()

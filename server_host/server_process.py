@@ -12,6 +12,8 @@
     tritonserver dies ─▶ exit with its code (1 if it was 0)
     meanwhile, with --server-id: its load and health published every fleet.load_publish_s
     (server_host/load_publisher.py), which gateways route by and the supervisor judges
+    fenced (a newer registration holds its id: it was replaced while cut off) ─▶ stop at once,
+               exit EXIT_FENCED, nothing written over its replacement (fleet_state/epochs.py)
 
 The drain happens here, before Triton is signalled, because Triton's own SIGTERM handling
 refuses new requests and waits only --exit-timeout-secs (3 s) for in-flight ones. This is the
@@ -34,6 +36,7 @@ import redis.asyncio
 from config.redis_client import redis_client
 from config.settings import Ports, SwitchyardConfig
 from contracts.engine_metrics import parse_engine_health
+from fleet_state.epochs import Fenced
 from fleet_state.registry import ServerInfo, ServerRegistry
 from fleet_state.server_state import ServerState
 from server_host.leftovers import Reaped, reap_leftovers
@@ -44,6 +47,7 @@ from server_host.triton_server import TritonServer, TritonStartError
 
 EXIT_DRAINED = 0  # drained (or asked to drain before it was ready): a supervisor does not restart it
 EXIT_STOPPED = 130  # SIGINT: stopped at once
+EXIT_FENCED = 3  # replaced while it was unreachable: a supervisor does not restart it either
 _POLL_S = 0.2
 
 
@@ -56,13 +60,15 @@ def run_triton(
     server_id: str | None = None,
     fill: bool = True,
     register_host: str | None = None,
+    epoch: int | None = None,
 ) -> int:
     """Fill the pool's repository (unless `fill` is False), serve until a signal; returns the
     process exit code. `ports` default to copy `copy`'s (`PoolSpec.copy_ports`). The server
     binds `network.servers.bind_host`.
     `register_host`: register (as `server_id`, reachable at that host: it overrides
     `network.servers.advertise_host`) and heartbeat this server itself, where no supervisor
-    does (a Kubernetes pod, which passes its pod IP)."""
+    does (a Kubernetes pod, which passes its pod IP). `epoch`: the registration its supervisor
+    made for it (`ServerRegistry.next_epoch`); its load reports and drain carry it."""
     from build_engines.repository import fill_repository
 
     if pool_id not in config.pools:
@@ -98,9 +104,11 @@ def run_triton(
         publisher = None
         if server_id is not None:  # registered (by a supervisor or itself): routed by its load
             # Probed from here, on this host (loopback for a wildcard bind).
+            own = registration
             publisher = LoadPublisher(
-                config, pool_id, server_id, f"{server.http_url}/v2/health/ready", server.metrics_url
-            )
+                config, pool_id, server_id, f"{server.http_url}/v2/health/ready", server.metrics_url,
+                epoch=lambda: epoch if own is None else own.epoch,
+            )  # fmt: skip
             publisher.start()
         try:
             print(
@@ -109,6 +117,11 @@ def run_triton(
                 flush=True,
             )
             while not shutdown.requested.wait(0.5):
+                if (registration is not None and registration.fenced.is_set()) or (
+                    publisher is not None and publisher.fenced.is_set()
+                ):
+                    print(f"triton {name!r}: fenced (replaced while unreachable); stopping", flush=True)
+                    return EXIT_FENCED
                 code = server.poll()
                 if code is not None:
                     print(f"tritonserver exited with code {code}\n{server.log_tail()}", file=sys.stderr, flush=True)
@@ -116,7 +129,7 @@ def run_triton(
             if shutdown.immediate.is_set():
                 return EXIT_STOPPED
             if server_id is not None:
-                _mark_draining(config, server_id)
+                _mark_draining(config, server_id, epoch if registration is None else registration.epoch)
             print(f"triton {name!r}: draining (waiting for in-flight requests)", flush=True)
             drained = wait_for_drain(
                 lambda: _in_flight(server.metrics_url),
@@ -193,18 +206,21 @@ def _in_flight(metrics_url: str) -> int | None:
         return None
 
 
-def _mark_draining(config: SwitchyardConfig, server_id: str) -> None:
+def _mark_draining(config: SwitchyardConfig, server_id: str, epoch: int | None) -> None:
     """DRAINING in the registry, so gateways stop routing here; a drain goes on without it."""
 
     async def mark() -> bool:
         client = redis_client(config, "fleet", socket_timeout=2.0, max_connections=2)  # one write
         try:
-            return await ServerRegistry(client, config.fleet.dead_after_s).request_drain(server_id)
+            registry = ServerRegistry(client, config.fleet.dead_after_s)
+            return await registry.set_state(server_id, ServerState.DRAINING, time.time(), epoch=epoch)
         finally:
             await client.aclose()
 
     try:
         if not asyncio.run(mark()):
             print(f"server {server_id!r} is not registered in {config.redis.address}", file=sys.stderr, flush=True)
+    except Fenced:
+        print(f"server {server_id!r} was replaced: its record is not ours to mark", file=sys.stderr, flush=True)
     except (OSError, redis.RedisError) as exc:
         print(f"could not mark {server_id!r} draining in {config.redis.address}: {exc}", file=sys.stderr, flush=True)

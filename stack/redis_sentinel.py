@@ -13,7 +13,10 @@ leader, which promotes the replica (`REPLICAOF NO ONE`) and tells the others; a 
 connection goes to the new primary, and a connection to the demoted one gets READONLY, which
 makes it reconnect. A restarted old primary is turned into a replica of the new one.
 
-Every node runs as RedisServer does (ACL file, append-only); each sentinel gets a config of its
+Every node runs as RedisServer does (ACL file, append-only), with `min-replicas-to-write 1`:
+a primary that has not heard from its replica for `min_replicas_max_lag_s` refuses writes
+(NOREPLICAS), so a primary cut off from the replica and the sentinels cannot go on taking
+writes that the promoted replica will not have (docs/redis.md). Each sentinel gets a config of its
 own (0600, written once: the sentinel rewrites it with what it learns, such as the current
 primary, so a restarted sentinel does not point clients at the old one).
 """
@@ -22,6 +25,8 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +37,19 @@ from stack.redis_server import RedisServer
 from stack.secret_files import SENTINEL_USER, SecretFiles, ensure_secret_files, sentinel_user_lines
 
 DEFAULT_MASTER_NAME = "switchyard"
+# A primary refuses writes once its replica's last acknowledgement (sent every second) is older
+# than this: well inside the sentinels' down-after (5 s in the chaos runs), so a primary cut off
+# from its replica stops writing before the replica can be promoted over it.
+MIN_REPLICAS_MAX_LAG_S = 3
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where one node or sentinel runs: the address it binds, and a prefix for its command line
+    (`ip netns exec NAME`: a host of its own in a partition test; empty: this host)."""
+
+    host: str
+    launcher: tuple[str, ...] = ()
 
 
 class RedisSentinel:
@@ -50,6 +68,7 @@ class RedisSentinel:
         down_after_ms: int = 5000,
         failover_timeout_ms: int = 60000,
         host: str = "127.0.0.1",
+        launcher: Sequence[str] = (),
     ) -> None:
         binary = shutil.which("redis-sentinel")
         server = shutil.which("redis-server")
@@ -78,7 +97,7 @@ class RedisSentinel:
             fd = os.open(config_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "w") as out:
                 out.write(settings)
-        self._process = ManagedProcess("redis-sentinel", [*command, str(config_path.resolve())], log_path)
+        self._process = ManagedProcess("redis-sentinel", [*launcher, *command, str(config_path.resolve())], log_path)
 
     def _client(self) -> redis.Redis:
         return redis.Redis(
@@ -153,7 +172,8 @@ def sentinel_config(
 
 class RedisReplicaSet:
     """A primary, its replicas and sentinels on this machine, all on `host` (tests, `make up`
-    with `redis.sentinels`: its `redis.host`). `nodes[0]` starts as the primary."""
+    with `redis.sentinels`: its `redis.host`), or each where `nodes_at` / `sentinels_at` place
+    it (one placement per port). `nodes[0]` starts as the primary."""
 
     def __init__(
         self,
@@ -166,13 +186,22 @@ class RedisReplicaSet:
         down_after_ms: int = 5000,
         failover_timeout_ms: int = 60000,
         host: str,
+        min_replicas_to_write: int = 1,
+        min_replicas_max_lag_s: int = MIN_REPLICAS_MAX_LAG_S,
+        nodes_at: Sequence[Placement] | None = None,
+        sentinels_at: Sequence[Placement] | None = None,
     ) -> None:
         if len(ports) < 2 or not sentinel_ports:
             raise ValueError("a replica set needs a primary, a replica and at least one sentinel")
-        primary = (host, ports[0])
-        self._host = host
+        nodes_at = list(nodes_at) if nodes_at is not None else [Placement(host)] * len(ports)
+        sentinels_at = list(sentinels_at) if sentinels_at is not None else [Placement(host)] * len(sentinel_ports)
+        if len(nodes_at) != len(ports) or len(sentinels_at) != len(sentinel_ports):
+            raise ValueError("give one placement per node and per sentinel")
+        self._placements = dict(zip(ports, nodes_at, strict=True))
+        primary = (nodes_at[0].host, ports[0])
         self._root = root
         self._secrets_dir = secrets_dir
+        self._min_replicas = (min_replicas_to_write, min_replicas_max_lag_s)
         self.nodes = [self._node(port, None if i == 0 else primary) for i, port in enumerate(ports)]
         self.sentinels = [
             RedisSentinel(
@@ -185,21 +214,26 @@ class RedisReplicaSet:
                 quorum=len(sentinel_ports) // 2 + 1,
                 down_after_ms=down_after_ms,
                 failover_timeout_ms=failover_timeout_ms,
-                host=host,
+                host=placement.host,
+                launcher=placement.launcher,
             )
-            for port in sentinel_ports
+            for port, placement in zip(sentinel_ports, sentinels_at, strict=True)
         ]
         self.master_name = master_name
 
     def _node(self, port: int, replica_of: tuple[str, int] | None) -> RedisServer:
         root = self._root
+        placement = self._placements[port]
         return RedisServer(
             port,
             root / f"redis-{port}",
             root / f"redis-{port}.log",
             secrets_dir=self._secrets_dir,
-            host=self._host,
+            host=placement.host,
             replica_of=replica_of,
+            min_replicas_to_write=self._min_replicas[0],
+            min_replicas_max_lag_s=self._min_replicas[1],
+            launcher=placement.launcher,
         )
 
     def rejoin(self, node: RedisServer, timeout_s: float = 60.0) -> RedisServer:

@@ -9,6 +9,11 @@ Every server also gets the replication login (`masteruser replication`, the pass
 secrets folder, in a 0600 file in its data folder rather than on its command line): a replica
 needs it to follow its primary, and a primary needs it once Sentinel demotes it to a replica
 after a failover (stack/redis_sentinel.py, docs/redis.md).
+
+In a replica set every node also gets `min-replicas-to-write`: a primary that has heard from
+too few replicas for `min-replicas-max-lag` seconds refuses writes (NOREPLICAS), so a primary
+cut off from its replica and the sentinels stops taking writes the promoted replica would not
+have (docs/redis.md). Every node, since any may be the primary after a failover.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+from collections.abc import Sequence
 from pathlib import Path
 
 import redis
@@ -38,10 +44,16 @@ class RedisServer:
         host: str = "127.0.0.1",
         replica_of: tuple[str, int] | None = None,
         maxclients: int = 4096,
+        min_replicas_to_write: int = 0,
+        min_replicas_max_lag_s: int = 10,
+        launcher: Sequence[str] = (),
     ) -> None:
         """`replica_of`: start as a replica of that primary (host, port). `maxclients`: the
         connections it accepts (redis-server raises its own open-files limit to fit them, up to
-        the hard limit; docs/capacity.md sizes it)."""
+        the hard limit; docs/capacity.md sizes it). `min_replicas_to_write`: as a primary,
+        refuse writes while fewer replicas than this have acknowledged within
+        `min_replicas_max_lag_s` (0: never refuse). `launcher`: a prefix for its command line
+        (`ip netns exec NAME`: a host of its own in a test)."""
         binary = shutil.which("redis-server")
         if binary is None:
             raise RuntimeError("redis-server is not installed: run `make up` (installs it with apt)")
@@ -56,6 +68,7 @@ class RedisServer:
         self._process = ManagedProcess(
             "redis",
             [
+                *launcher,
                 binary,
                 str(login.resolve()),
                 "--bind",
@@ -75,6 +88,10 @@ class RedisServer:
                 # Dead clients (a host powered off) are noticed in seconds, not 300 s.
                 "--tcp-keepalive",
                 "10",
+                "--min-replicas-to-write",
+                str(min_replicas_to_write),
+                "--min-replicas-max-lag",
+                str(min_replicas_max_lag_s),
                 *replica,
             ],
             log_path,

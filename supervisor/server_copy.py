@@ -30,6 +30,7 @@ class ServerCopy:
     relaunch_at: float | None = None
     drain_started_at: float | None = None
     last_failure: str = ""  # why it last died, with its log tail
+    epoch: int | None = None  # its current registration's (fleet_state/epochs.py); None: none yet
 
     def __post_init__(self) -> None:
         self.liveness = Liveness(self.dead_after_s)

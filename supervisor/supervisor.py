@@ -14,6 +14,8 @@
           READY ── heartbeat still / not ready / no report, for dead_after_s ──▶ DEAD ─▶ kill, relaunch
           STARTING for longer than startup_timeout_s ──▶ DEAD
       seen alive ─▶ registry heartbeat (re-registered if its record is gone: Redis flushed)
+      any registry write refused as Fenced (a newer registration holds its id: it was
+          replaced while this supervisor was cut off) ─▶ SIGKILL it, forget it; never relaunched
 
     set_target(pool, n)   (the autoscaler) each pass then moves the pool towards n copies:
               more ─▶ a new copy at the lowest free index below copies_limit, registered
@@ -32,11 +34,20 @@ clients find it where it was. A drained copy stays gone; the pool runs one fewer
 supervisor starts again, unless the pool has a target (`set_target`): then a copy drained by
 hand is replaced, as a Deployment replaces a pod. Relaunches of a server that keeps failing
 before it is ready back off (1 s, 2 s, 4 s ... up to max_restart_backoff_s).
+
+Fencing (fleet_state/epochs.py): each launch takes a new registration epoch, which every
+registry write made for it here carries (its process is not given it yet: docs/network.md).
+A supervisor judges a server dead only by its load reports in Redis, and kills what it
+replaces, on its own host, before relaunching it.
+So the one way to two copies of an id is a second registration elsewhere while this host was
+cut off (a pod rescheduled, a second supervisor): then this copy's writes are refused and it
+is killed here, not served beside its replacement.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -47,6 +58,7 @@ from pathlib import Path
 
 from build_engines.repository import fill_repository
 from config.settings import SwitchyardConfig, dump_config
+from fleet_state.epochs import Fenced
 from fleet_state.load_board import LoadBoard, LoadReport
 from fleet_state.registry import ServerInfo, ServerRegistry
 from fleet_state.server_health import Liveness, Probe, Verdict
@@ -167,8 +179,8 @@ class Supervisor:
         await asyncio.gather(*(asyncio.to_thread(p.stop, _STOP_TIMEOUT_S, signal.SIGINT) for p in processes))
         for copy in copies:
             try:
-                await self._registry.deregister(copy.server_id)
-            except Exception:  # Redis already gone: its records read as dead soon anyway
+                await self._registry.deregister(copy.server_id, epoch=copy.epoch)
+            except Exception:  # Redis already gone (its records read as dead soon anyway), or fenced
                 logger.warning("could not deregister %s", copy.server_id)
 
     # --- one pass ----------------------------------------------------------------------------
@@ -179,7 +191,7 @@ class Supervisor:
         boards = await self._board.read(self._pool_ids)
         copies = list(self._copies.values())
         await asyncio.gather(
-            *(self._check(c, stored.get(c.server_id), boards[c.pool_id].get(c.server_id), now) for c in copies)
+            *(self._check_fenced(c, stored.get(c.server_id), boards[c.pool_id].get(c.server_id), now) for c in copies)
         )
         if self._relaunch:
             for pool_id, target in self._targets.items():
@@ -193,7 +205,7 @@ class Supervisor:
             copy = ServerCopy(pool_id, k, self._ports.ports(pool_id, k), self._fleet.dead_after_s, started_at=now)
             copy.relaunch_at = now + self._config.autoscaler.start_delay_s
             self._copies[copy.server_id] = copy
-            await self._registry.register(self._info(copy, now))  # STARTING: counted by readers at once
+            copy.epoch = await self._registry.register(self._info(copy, now))  # STARTING: counted at once
             logger.info("pool %s: adding %s (starts in %.0f s)", pool_id, copy.server_id, copy.relaunch_at - now)
         by_id = {c.server_id: c for c in pool}
         for server_id in steps.drain:
@@ -202,8 +214,25 @@ class Supervisor:
             if copy.process is None:  # never started, or dead: nothing to drain
                 await self._retire(copy)
             else:
-                await self._registry.set_state(server_id, ServerState.DRAINING, now)
+                await self._registry.set_state(server_id, ServerState.DRAINING, now, epoch=copy.epoch)
                 await self._drain(copy, now)
+
+    async def _check_fenced(
+        self, copy: ServerCopy, stored: ServerInfo | None, report: LoadReport | None, now: float
+    ) -> None:
+        try:
+            await self._check(copy, stored, report, now)
+        except Fenced as exc:
+            await self._fenced(copy, exc)
+
+    async def _fenced(self, copy: ServerCopy, exc: Fenced) -> None:
+        """A newer registration holds the copy's id: kill this copy and forget it (the record,
+        its load and its id are the replacement's)."""
+        logger.error("%s: killing our copy (pid %s), not relaunching it", exc, copy.pid)
+        process, copy.process = copy.process, None
+        self._copies.pop(copy.server_id, None)
+        if process is not None:
+            await asyncio.to_thread(process.stop, 0.0, signal.SIGKILL)
 
     async def _check(self, copy: ServerCopy, stored: ServerInfo | None, report: LoadReport | None, now: float) -> None:
         drain_requested = stored is not None and stored.state is ServerState.DRAINING
@@ -232,7 +261,7 @@ class Supervisor:
         verdict = copy.liveness.observe(now, probe)
         if verdict is Verdict.ALIVE:
             if copy.state is ServerState.STARTING and await self._registry.set_state(
-                copy.server_id, ServerState.READY, now
+                copy.server_id, ServerState.READY, now, epoch=copy.epoch
             ):  # False: a drain request won the race; the next pass acts on it
                 logger.info("%s ready (pid %s)", copy.server_id, copy.pid)
                 copy.state, copy.failed_starts = ServerState.READY, 0
@@ -249,7 +278,7 @@ class Supervisor:
     async def _check_draining(self, copy: ServerCopy, now: float) -> None:
         # Still there, still draining (not DEAD) for readers; a server that has deregistered
         # itself on its way out is not registered again.
-        await self._registry.heartbeat(copy.server_id, now, copy.state)
+        await self._registry.heartbeat(copy.server_id, now, copy.state, epoch=copy.epoch)
         assert copy.drain_started_at is not None and copy.process is not None
         # The process enforces drain_timeout_s itself; this is for one that hangs.
         if now - copy.drain_started_at > self._fleet.drain_timeout_s + _STOP_TIMEOUT_S:
@@ -261,6 +290,7 @@ class Supervisor:
     async def _launch(self, copy: ServerCopy, now: float) -> None:
         assert self._config_path is not None
         ports = copy.ports
+        copy.epoch = await self._registry.next_epoch(copy.server_id)
         argv = [
             sys.executable,
             "-m",
@@ -277,6 +307,8 @@ class Supervisor:
             "--ports",
             f"{ports.http},{ports.grpc},{ports.metrics}",
             "--no-fill",
+            "--epoch",  # its load reports and drain carry it: refused once a newer copy holds the id
+            str(copy.epoch),
         ]
         log_path = self._config.var_path / "logs" / f"server-{copy.server_id}.log"
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -299,6 +331,7 @@ class Supervisor:
         # STARTING until its heartbeat is seen to advance (a pass or two), however long ago it
         # started: a supervisor restarted past startup_timeout_s must not kill its servers.
         copy.state, copy.started_at, copy.watched_since = ServerState.STARTING, stored.started_at, self._clock()
+        copy.epoch = stored.epoch  # the earlier life's registration, which its process carries
         logger.info("took over %s (pid %s), left running by an earlier supervisor", copy.server_id, stored.pid)
         return True
 
@@ -315,7 +348,7 @@ class Supervisor:
         copy.last_failure = f"{reason}\n{tail}"
         logger.warning("%s is dead: %s", copy.server_id, reason)
         copy.state = ServerState.DEAD
-        await self._registry.set_state(copy.server_id, ServerState.DEAD, now)
+        await self._registry.set_state(copy.server_id, ServerState.DEAD, now, epoch=copy.epoch)
         if process is not None:  # SIGKILL: a dead server gets no drain; its tritonserver dies with it
             await asyncio.to_thread(process.stop, 0.0, signal.SIGKILL)
         copy.failed_starts = 0 if copy.liveness.ever_alive else copy.failed_starts + 1
@@ -327,13 +360,14 @@ class Supervisor:
         process, copy.process = copy.process, None
         if process is not None:
             await asyncio.to_thread(process.stop, _STOP_TIMEOUT_S, signal.SIGINT)
-        await self._registry.deregister(copy.server_id)
+        with contextlib.suppress(Fenced):  # a newer registration's record: not ours to remove
+            await self._registry.deregister(copy.server_id, epoch=copy.epoch)
         self._copies.pop(copy.server_id, None)
         logger.info("%s drained and stopped", copy.server_id)
 
     async def _beat(self, copy: ServerCopy, now: float) -> None:
-        if not await self._registry.heartbeat(copy.server_id, now, copy.state):
-            await self._registry.register(self._info(copy, now))
+        if not await self._registry.heartbeat(copy.server_id, now, copy.state, epoch=copy.epoch):
+            copy.epoch = await self._registry.register(self._info(copy, now))
 
     def _info(self, copy: ServerCopy, now: float) -> ServerInfo:
         return ServerInfo(
@@ -349,6 +383,7 @@ class Supervisor:
             heartbeat_at=now,
             state_since=now,
             pid=copy.pid,
+            epoch=copy.epoch,
         )
 
     def _relaunch_due(self, copy: ServerCopy, now: float) -> bool:

@@ -93,7 +93,7 @@ def _cmd_triton(config: SwitchyardConfig, args: argparse.Namespace) -> int:
         return 2
     return run_triton(
         config, args.pool, ports, copy=args.copy, server_id=args.server_id, fill=not args.no_fill,
-        register_host=args.register_host,
+        register_host=args.register_host, epoch=args.epoch,
     )  # fmt: skip
 
 
@@ -143,6 +143,9 @@ def build_parser() -> argparse.ArgumentParser:
     triton.add_argument("--server-id", default=None, help="its id in the registry (marked draining on SIGTERM)")
     triton.add_argument("--ports", default=None, help="HTTP,GRPC,METRICS instead of the copy's ports")
     triton.add_argument("--no-fill", action="store_true", help="serve the model repository as it is")
+    triton.add_argument(
+        "--epoch", type=int, default=None, help="its registration's epoch (given by its supervisor: fencing)"
+    )
     triton.add_argument(
         "--register-host",
         default=None,

@@ -1,5 +1,5 @@
 """ReplicaAcks on a real primary and replica: a write returns once the replica holds it; a
-replica that cannot acknowledge (frozen) costs one timeout, then a pause without waiting."""
+write the replica does not acknowledge (frozen) fails with NotReplicated, never "done"."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 
+from config.redis_errors import NotReplicated, redis_unreachable
 from config.replica_acks import ReplicaAcks
 from config.settings import SwitchyardConfig
 from server_host.ports import free_ports
@@ -42,14 +43,6 @@ def pair(tmp_path: Path) -> Iterator[tuple[RedisServer, RedisServer]]:
         primary.stop()
 
 
-class _Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def _pid(server: RedisServer) -> int:
     with redis.Redis.from_url(server.url) as client:
         return int(client.info("server")["process_id"])
@@ -76,28 +69,28 @@ def test_a_write_returns_once_the_replica_holds_it(pair: tuple[RedisServer, Redi
     asyncio.run(scenario())
 
 
-def test_a_frozen_replica_costs_one_timeout_then_a_pause(pair: tuple[RedisServer, RedisServer]) -> None:
+def test_a_write_no_replica_acknowledged_is_not_acknowledged(pair: tuple[RedisServer, RedisServer]) -> None:
+    """A frozen replica (connected, acknowledging nothing) acknowledges no write: each waits out
+    the timeout and fails with NotReplicated ("retry"), the next one as much as the first."""
     primary, replica = pair
-    clock = _Clock()
 
     async def scenario() -> None:
         client = aioredis.Redis.from_url(primary.url)
         script = client.register_script(_SET_AND_COUNT)
-        acks = ReplicaAcks(1, 300, pause_s=5.0, clock=clock)
+        acks = ReplicaAcks(1, 300)
         pid = _pid(replica)
         os.kill(pid, signal.SIGSTOP)  # connected still, but acknowledging nothing
         try:
-            started = time.monotonic()
-            assert await acks.run(client, script, ["sy:k", "sy:n"], ["a"]) == 1  # the write stands
-            assert time.monotonic() - started >= 0.3  # it did wait (a WAIT on another connection would not)
-            assert acks.short_acks == 1
-            assert await acks.run(client, script, ["sy:k", "sy:n"], ["b"]) == 2  # paused: no wait
-            assert acks.short_acks == 1
-            clock.now += 5.0
-            assert await acks.run(client, script, ["sy:k", "sy:n"], ["c"]) == 3  # waits again
-            assert acks.short_acks == 2
+            for expected_short in (1, 2):
+                started = time.monotonic()
+                with pytest.raises(NotReplicated):
+                    await acks.run(client, script, ["sy:k", "sy:n"], ["a"])
+                assert time.monotonic() - started >= 0.3  # it did wait (a WAIT on another connection would not)
+                assert acks.short_acks == expected_short
+                assert redis_unreachable(NotReplicated("x"))
         finally:
             os.kill(pid, signal.SIGCONT)
+        assert await acks.run(client, script, ["sy:k", "sy:n"], ["b"]) == 3  # acknowledged again
         await client.aclose()
 
     asyncio.run(scenario())

@@ -44,7 +44,7 @@ async def registry(redis_url: str) -> AsyncIterator[ServerRegistry]:
 async def test_a_registered_server_reads_back_whole(registry: ServerRegistry) -> None:
     await registry.register(info())
     (found,) = await registry.servers(now=T0 + 1)
-    assert found == replace(info(), state_since=T0)
+    assert found == replace(info(), state_since=T0, epoch=1)
     assert found.grpc_url == "127.0.0.1:8102"
     assert found.metrics_url == "http://127.0.0.1:8103/metrics"
     assert found.health_url == "http://127.0.0.1:8101/v2/health/ready"
