@@ -32,10 +32,19 @@ from config.process_limits import raise_open_files_limit
 from config.settings import load_config
 
 LAG_DIR_ENV = "SWITCHYARD_BENCH_LAG_DIR"
+PACE_ENV = "SWITCHYARD_BENCH_PACE"  # "first_s,gap_low_s,gap_high_s", when not PACE
 # Thousands of slow streams: the first token at once (a bystander's TTFT is then the gateway's
 # own path), then one every 1-2 s, jittered so the streams do not wake together.
 PACE = Pace(first_s=0.0, gap_s=(1.0, 2.0))
 CAPACITY_TOKENS = 10**12  # every pool's KV: admission never waits on it
+
+
+def pace_of(text: str | None) -> Pace:
+    """`PACE`, or the pace "first_s,gap_low_s,gap_high_s" names."""
+    if not text:
+        return PACE
+    first_s, low_s, high_s = (float(part) for part in text.split(","))
+    return Pace(first_s, (low_s, high_s))
 
 
 def app_from_environment() -> FastAPI:
@@ -47,7 +56,7 @@ def app_from_environment() -> FastAPI:
     settings = GatewaySettings()
     config = load_config(settings.config)
     pools = {pool_id: pool.model_id for pool_id, pool in config.pools.items()}
-    backend = PacedBackend(PACE, pools, seed=os.getpid())
+    backend = PacedBackend(pace_of(os.environ.get(PACE_ENV)), pools, seed=os.getpid())
     capacity = StaticCapacity(dict.fromkeys(pools, CAPACITY_TOKENS))
     app = create_app(settings, lambda *_: backend, config, capacity)
     gateway_lifespan = app.router.lifespan_context
@@ -68,6 +77,7 @@ def main(argv: list[str] | None = None) -> None:
     from config.logging_setup import logging_config
     from gateway.http_protocol import NoDelayH11Protocol
     from gateway.metrics_registry import MULTIPROC_DIR_ENV, fresh_multiprocess_dir
+    from gateway.server import WORKER_HEALTHCHECK_S
 
     parser = argparse.ArgumentParser(prog="python -m bench.paced_gateway", description=__doc__.split("\n\n")[0])
     parser.add_argument("config", type=Path)
@@ -75,12 +85,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--grpc-port", type=int)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--lag-dir", type=Path, required=True)
+    parser.add_argument("--pace", help="first_s,gap_low_s,gap_high_s (default: thousands of slow streams' pace)")
     args = parser.parse_args(argv)
     config = load_config(args.config)
     raise_open_files_limit()  # a socket per open stream; the workers inherit it
     os.environ["SWITCHYARD_CONFIG"] = str(args.config.resolve())
     os.environ["SWITCHYARD_WORKERS"] = str(args.workers)
     os.environ[LAG_DIR_ENV] = str(args.lag_dir.resolve())
+    if args.pace is not None:
+        pace_of(args.pace)  # a bad one fails here, not in every worker
+        os.environ[PACE_ENV] = args.pace
     if args.grpc_port is not None:
         os.environ["SWITCHYARD_GRPC_PORT"] = str(args.grpc_port)
     metrics_dir = config.var_path / "run" / f"prometheus-gateway-{args.port}"
@@ -95,6 +109,7 @@ def main(argv: list[str] | None = None) -> None:
         timeout_keep_alive=30,
         http=NoDelayH11Protocol,  # type: ignore[arg-type]
         backlog=8192,
+        timeout_worker_healthcheck=WORKER_HEALTHCHECK_S,
     )
 
 

@@ -182,8 +182,11 @@ class LeaseStore:
         for lease in leases:
             args += [lease.lease_id, lease.pool_id, lease.team_id, lease.tokens, "1" if lease.borrowed else "0"]
         restored = await self._scripts.run(self._client, self._renew_many, [], args)
-        for lease_id in restored or ():
-            logger.warning("lease %s had expired while in use; recorded again", _text(lease_id))
+        if restored:  # one line per renewal, not per lease: a late renewal may restore thousands
+            logger.warning(
+                "%d leases had expired while in use (their renewal came late); recorded again, e.g. %s",
+                len(restored), _text(restored[0]),
+            )  # fmt: skip
 
     async def release(self, lease: Lease) -> bool:
         """Return the lease's tokens to the pool. Idempotent: False when it was already gone
