@@ -18,6 +18,7 @@ from bench import (
     bench_concurrency,
     bench_edge,
     bench_grpc_door,
+    bench_guided,
     bench_prefill,
     bench_s1_short_behind_long,
     bench_s2_document_full_server,
@@ -29,6 +30,7 @@ from bench import (
     bench_scale,
     bench_schedule,
     bench_serving_overhead,
+    bench_short_request,
     bench_sim_trust,
 )
 from bench.live import bench_config, engine_config_of, start_stack, with_copies
@@ -40,6 +42,8 @@ OFFLINE = {
     "scale": bench_scale.main,
     "edge": bench_edge.main,  # its own gateway process and Redis, no Triton
     "concurrency": bench_concurrency.main,  # its own two-worker gateway and Redis, no Triton
+    "short-request": bench_short_request.main,  # its own one-worker gateway and Redis, no Triton
+    "guided": bench_guided.main,  # the engine alone: grammar masks and compiles
 }
 LIVE = ("s1", "s2", "s3", "overhead", "s9", "s5", "s4", "s78", "sim-trust", "grpc-door")
 
@@ -53,7 +57,7 @@ def run_live(names: list[str], base: SwitchyardConfig | None = None) -> dict[str
     results: dict[str, dict[str, object]] = {}
     engine = base.pools["small"].engine
     unchunked = EngineSpec(**{**engine.model_dump(), "enable_chunked_prefill": False})
-    if {"s1", "s3", "overhead"} & set(names):
+    if {"s1", "s3"} & set(names):
         pools = {"bench-small": ("small", engine), "bench-small-unchunked": ("small", unchunked)}
         s1_models = {"small": "bench-small"}
         if "s1" in names and "large" in base.models:  # S1 runs on both sizes
@@ -71,13 +75,10 @@ def run_live(names: list[str], base: SwitchyardConfig | None = None) -> dict[str
                 results["s3"] = bench_s3_prefill_stutter.run(
                     (url, "bench-small"), (url, "bench-small-unchunked"), config, headers
                 )
-            if "overhead" in names:
-                model_dir = config.model_dir("bench-small")
-                results["overhead"] = bench_serving_overhead.run(
-                    url, "bench-small", model_dir, engine_config_of(engine), config, headers
-                )
         finally:
             stack.stop()
+    if "overhead" in names:  # a stack of its own; `serving_overhead [flags]` runs it alone
+        results["overhead"] = bench_serving_overhead.run_default(base)
     for name, team_weights in (("s2", {"chat": 1.0, "batch": 1.0}), ("s9", {"team-a": 1.0, "team-b": 1.0})):
         if name not in names:
             continue
@@ -139,6 +140,13 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["chaos"]:  # its own flags (--minutes, --seed, ...); never part of "all"
         return bench_chaos.main(argv[1:])
+    if argv[:1] == ["guided"] and len(argv) > 1:  # its own flag (--quick)
+        return bench_guided.main(argv[1:])
+    if argv[:1] == ["serving_overhead"]:  # its own flags (--seconds, --quick, --cap, --label, ...)
+        return bench_serving_overhead.main(argv[1:])
+    if argv[:1] == ["short-request"] and len(argv) > 1:  # its own flags (--requests N, --quick)
+        bench_short_request.main(argv[1:])
+        return 0
     if argv[:1] == ["concurrency"] and len(argv) > 1:  # its own flags (--quick, --max-streams N, --hold S)
         bench_concurrency.main(argv[1:])
         return 0
@@ -147,7 +155,9 @@ def main(argv: list[str] | None = None) -> int:
         "names",
         nargs="*",
         help=f"subset of {[*OFFLINE, *LIVE]} (default: all); `chaos [--minutes N --seed S]` and "
-        "`concurrency [--quick | --max-streams N] [--hold S]` alone",
+        "`concurrency [--quick | --max-streams N] [--hold S]` and "
+        "`short-request [--requests N | --quick]` and "
+        "`serving_overhead [--seconds S | --quick] [--cap N] [--label L]` alone",
     )
     args = parser.parse_args(argv)
     names = args.names or [*OFFLINE, *LIVE]

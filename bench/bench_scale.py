@@ -36,6 +36,7 @@ import httpx
 import redis
 
 from bench.common import write_result
+from bench.redis_commands import ClientCommands
 from config.redis_client import redis_client, sync_redis_client
 from config.settings import SwitchyardConfig, dump_config, load_config
 from contracts.engine_metrics import EngineHealth
@@ -434,7 +435,7 @@ async def _request_rows(config: SwitchyardConfig) -> list[dict[str, Any]]:
         ) as client,
     ):
         registry = app.state.services.registry
-        counter = _ClientCommands(config.redis_url("admin"))
+        counter = ClientCommands(config.redis_url("admin"))
         for tokens in REPLY_TOKENS:
             for with_id in (False, True):
                 backend.tokens = tokens
@@ -490,47 +491,6 @@ def _kept_bytes(r: redis.Redis) -> int:
 def _forget_results(r: redis.Redis) -> None:
     for key in r.scan_iter("sy:req:*"):
         r.delete(key)
-
-
-class _ClientCommands:
-    """Commands clients send (MONITOR lines not run inside a script), counted on a thread.
-    `count()` sends a marker and waits for MONITOR to echo it, so nothing sent before is
-    missed; the markers and INFO calls are not counted."""
-
-    def __init__(self, url: str) -> None:
-        self._count = 0
-        self._marks: set[str] = set()
-        self._cond = threading.Condition()
-        self._redis_url = url
-        self._client = redis.Redis.from_url(url)
-        self._monitor = self._client.monitor().__enter__()  # type: ignore[no-untyped-call]
-        self._thread = threading.Thread(target=self._listen, daemon=True)
-        self._thread.start()
-        self.count()
-
-    def _listen(self) -> None:
-        try:
-            for command in self._monitor.listen():
-                words = str(command.get("command", "")).split(" ")
-                with self._cond:
-                    if words[0].upper() == "ECHO" and len(words) > 1 and words[1].startswith("sy-bench-mark-"):
-                        self._marks.add(words[1])
-                        self._cond.notify_all()
-                    elif command.get("client_type") != "lua" and words[0].upper() != "INFO":
-                        self._count += 1
-        except (redis.ConnectionError, ValueError, AttributeError):
-            return
-
-    def count(self) -> int:
-        mark = f"sy-bench-mark-{time.time_ns()}"
-        with redis.Redis.from_url(self._redis_url) as r:
-            r.echo(mark)
-        with self._cond:
-            assert self._cond.wait_for(lambda: mark in self._marks, timeout=30), "MONITOR never echoed the mark"
-            return self._count
-
-    def stop(self) -> None:
-        self._client.close()
 
 
 def _quantile(values: list[float], q: float) -> float:

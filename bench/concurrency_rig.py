@@ -51,6 +51,7 @@ class RigSettings:
     max_streams_per_worker: int | None
     stream_reserve_fraction: float | None
     weights: dict[str, float]
+    pace: str | None = None  # the paced backend's "first_s,gap_low_s,gap_high_s" (None: its default)
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +139,8 @@ def running_rig(settings: RigSettings, root: Path, start_timeout_s: float = 120.
         lag_dir.mkdir()
         argv = [sys.executable, "-m", "bench.paced_gateway", str(config_path), "--port", str(http_port)]
         argv += ["--grpc-port", str(grpc_port), "--workers", str(settings.workers), "--lag-dir", str(lag_dir)]
+        if settings.pace is not None:
+            argv += ["--pace", settings.pace]
         gateway = ManagedProcess("gateway", argv, root / "gateway.log", cwd=REPO_ROOT)
         gateway.start()
         assert gateway.pid is not None

@@ -51,6 +51,36 @@ def sample(pid: int) -> ProcessSample | None:
     return ProcessSample(int(rss[0]), fds, cpu_s)
 
 
+def cpu_seconds(pid: int) -> float | None:
+    """`pid`'s user + system CPU time so far, all its threads; None once it has exited."""
+    return _stat_cpu_s(Path(f"/proc/{pid}/stat"))
+
+
+def thread_cpu_seconds(pid: int, name: str) -> float | None:
+    """User + system CPU time so far of `pid`'s threads whose OS name
+    (`/proc/<pid>/task/<tid>/comm`) is `name`, summed; None when it has no such thread."""
+    total: float | None = None
+    for task in Path(f"/proc/{pid}/task").glob("[0-9]*"):
+        try:
+            if (task / "comm").read_text().strip() != name:
+                continue
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        cpu_s = _stat_cpu_s(task / "stat")
+        if cpu_s is not None:
+            total = (total or 0.0) + cpu_s
+    return total
+
+
+def _stat_cpu_s(path: Path) -> float | None:
+    """utime + stime of a `/proc/.../stat` file, in seconds; None when it is gone."""
+    try:
+        fields = path.read_text().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def samples(pids: list[int]) -> dict[int, ProcessSample]:
     """Those of `pids` still running, sampled."""
     taken = {pid: sample(pid) for pid in pids}
