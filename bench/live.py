@@ -66,6 +66,7 @@ def stream_pacing(base: SwitchyardConfig, model_id: str) -> dict[str, object]:
     return {
         "stream_interval_ms": pool.stream_interval_ms,
         "max_stream_responses_per_s": pool.max_stream_responses_per_s,
+        "engine_in_process": pool.engine_in_process,
     }
 
 
