@@ -41,11 +41,12 @@ from pydantic import BaseModel, ValidationError
 from contracts.caller_echo import echoed
 from contracts.catalog import ServedModel
 from contracts.chat_template import ChatMessage, TemplateRaised
-from contracts.errors import ApiError, describe_validation_errors
+from contracts.errors import ApiError, describe_validation_errors, field_path
 from contracts.field_checks import unicode_problem
 from contracts.openai_schemas import ChatCompletionRequest, CompletionRequest
 from contracts.prompt_context import check_context, check_prompt_bytes
 from contracts.schemas import FIELD_HINTS, GenerateBody
+from contracts.tool_calls import ToolSpec
 
 GENERATE_ENDPOINT = "/v1/generate"
 COMPLETIONS_ENDPOINT = "/v1/completions"
@@ -57,15 +58,17 @@ MAX_CUSTOM_ID_CHARS = 64
 SPECIAL_TOKENS_BOUND = 2
 CHAT_MESSAGE_OVERHEAD_BYTES = 64
 
-# A chat renderer: messages to the prompt text the model sees (e.g. a bound
-# `ChatTemplates.render(model, ...)`); it raises ApiError or a template error to refuse them.
-ChatRenderer = Callable[[list[ChatMessage]], str]
+# A chat renderer: messages (and the tools the reply may call) to the prompt text the model sees
+# (e.g. a bound `ChatTemplates.render(model, ...)`); it raises ApiError or a template error to
+# refuse them.
+ChatRenderer = Callable[[list[ChatMessage], list[ToolSpec]], str]
 
-_NATIVE_FIELDS = ("custom_id", "prompt", "max_tokens", "stop", "temperature", "top_p", "top_k", "seed", "ignore_eos")
+_NATIVE_FIELDS = (
+    "custom_id", "prompt", "max_tokens", "stop", "temperature", "top_p", "top_k", "seed", "ignore_eos",
+    "response_format",
+)  # fmt: skip
 _OPENAI_FIELDS = ("custom_id", "method", "url", "body")
 _MAX_TOKENS_REQUIRED = f"max_tokens is required: {FIELD_HINTS['max_tokens']} (a batch reserves room for that many)"
-# OpenAI's newer name for the system role; chat templates know only "system" (as the chat route).
-_TEMPLATE_ROLES = {"developer": "system"}
 _UTF8_BOM = b"\xef\xbb\xbf"
 _Request = TypeVar("_Request", bound=BaseModel)
 ErrorCode = Literal["invalid_json", "invalid_request", "context_length_exceeded"]
@@ -185,15 +188,14 @@ class LineValidator:
         max_tokens = request.completion_limit
         if max_tokens is None:
             raise _Rejected("invalid_request", f"body: {_MAX_TOKENS_REQUIRED}; max_completion_tokens may stand for it")
-        content = sum(len(m.content.encode()) for m in request.messages)
+        content = sum(len(m.text.encode()) for m in request.messages)
         bound = content + self._message_overhead * len(request.messages) + SPECIAL_TOKENS_BOUND
         return self._cost(bound, max_tokens, lambda: self._rendered(request))
 
     def _rendered(self, request: ChatCompletionRequest) -> str:
         assert self._render is not None, "the constructor requires a renderer for chat batches"
-        messages = [ChatMessage(_TEMPLATE_ROLES.get(m.role, m.role), m.content) for m in request.messages]
         try:
-            prompt = self._render(messages)
+            prompt = self._render(request.template_messages(), request.shown_tools)
         except ApiError as exc:
             raise _Rejected("invalid_request", f"body.messages: {exc.message}") from None
         except (TemplateRaised, TemplateError, TypeError, ValueError) as exc:
@@ -273,7 +275,7 @@ def _describe(exc: ValidationError) -> str:
     """The gateway's own wording, except for unknown fields, whose list of known ones would be
     the native route's and so wrong for OpenAI bodies."""
     errors = exc.errors(include_url=False)
-    unknown = [".".join(map(str, e["loc"])) for e in errors if e["type"] == "extra_forbidden"]
+    unknown = [".".join(field_path(e["loc"])) for e in errors if e["type"] == "extra_forbidden"]
     parts = [f"unknown field {echoed(field)}: remove it" for field in unknown]
     rest = [e for e in errors if e["type"] != "extra_forbidden"]
     if rest:

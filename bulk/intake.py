@@ -37,6 +37,7 @@ from config.settings import SwitchyardConfig
 from contracts.caller_echo import echoed
 from contracts.catalog import ModelCatalog
 from contracts.chat_template import ChatMessage, ChatTemplates
+from contracts.tool_calls import ToolSpec
 
 
 def make_validator(
@@ -47,8 +48,8 @@ def make_validator(
     if model is None:
         raise LookupError(f"model {echoed(model_id)} is not configured")
 
-    def render(messages: list[ChatMessage]) -> str:
-        return templates.render(model, messages)
+    def render(messages: list[ChatMessage], tools: list[ToolSpec]) -> str:
+        return templates.render(model, messages, tools)
 
     fmt: Literal["native", "openai"] = "native" if line_format == "native" else "openai"
     return LineValidator(model, fmt, None if fmt == "native" else endpoint, render)

@@ -28,6 +28,7 @@ from tokenizers import Tokenizer
 
 from config.settings import SwitchyardConfig
 from contracts.prompt_encoding import PromptEncoder
+from contracts.token_text import TokenTexts
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,10 +46,13 @@ class ServedModel:
     longest_token_bytes: int = field(init=False, compare=False)
     # Encodes prompts as the model servers do (chat content's special-token text as text).
     encoder: PromptEncoder = field(init=False, compare=False, repr=False)
+    # Each token's bytes and text, for log-probabilities (worked out on first use).
+    token_texts: TokenTexts = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "longest_token_bytes", longest_token_bytes(self.tokenizer))
         object.__setattr__(self, "encoder", PromptEncoder(self.tokenizer))
+        object.__setattr__(self, "token_texts", TokenTexts(self.tokenizer))
 
     @property
     def max_prompt_bytes(self) -> int:

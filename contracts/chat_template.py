@@ -44,6 +44,15 @@ from config.settings import SwitchyardConfig
 from contracts.catalog import ServedModel
 from contracts.errors import invalid_request
 from contracts.prompt_encoding import LITERAL_CLOSE, LITERAL_OPEN, holds_marks, mark_literal, special_token_pattern
+from contracts.tool_calls import ToolSpec
+from contracts.tool_prompt import (
+    RESPONSE_OPEN,
+    CallInMessage,
+    assistant_text,
+    template_calls,
+    tool_response_text,
+    tools_instruction,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -57,10 +66,13 @@ class TemplateRaised(Exception):
 
 @dataclass(frozen=True, slots=True)
 class ChatMessage:
-    """One message as the template sees it: `{"role": ..., "content": ...}`."""
+    """One message as the template sees it: `{"role": ..., "content": ...}`; an assistant's may
+    hold calls, a `tool` message answers one (contracts/tool_prompt.py renders both)."""
 
     role: str
     content: str
+    tool_calls: tuple[CallInMessage, ...] = ()
+    tool_call_id: str | None = None
 
 
 class ChatTemplate:
@@ -83,6 +95,9 @@ class ChatTemplate:
         bos = special_tokens.get("bos_token", "")
         self._strip_prefix = bos if tokenizer_adds_bos and bos else ""
         self._content_specials = content_specials
+        # Whether the template renders tools itself (HF's `tools` variable); else they are
+        # written into the messages (contracts/tool_prompt.py).
+        self.knows_tools = "tools" in source
 
     @classmethod
     def from_tokenizer_config(cls, config: dict[str, Any], tokenizer: Tokenizer) -> ChatTemplate | None:
@@ -93,22 +108,58 @@ class ChatTemplate:
         special = {name: text for name in _SPECIAL_TOKENS if (text := _token_text(config.get(name)))}
         return cls(source, special, _adds_bos(tokenizer, special.get("bos_token")), special_token_pattern(tokenizer))
 
-    def render(self, messages: Sequence[ChatMessage]) -> str:
-        """The prompt for `messages`, ready for the backend; raises `TemplateRaised` or a
-        Jinja2 error when the template cannot render them."""
+    def render(self, messages: Sequence[ChatMessage], tools: Sequence[ToolSpec] = ()) -> str:
+        """The prompt for `messages` (and the `tools` the reply may call), ready for the
+        backend; raises `TemplateRaised` or a Jinja2 error when the template cannot render them."""
         if holds_marks([m.content for m in messages]):
             raise TemplateRaised(
                 f"message content must not hold U+{ord(LITERAL_OPEN):04X} or U+{ord(LITERAL_CLOSE):04X} "
                 "(noncharacters reserved for internal use)"
             )
-        text = self._template.render(
-            messages=[{"role": m.role, "content": mark_literal(m.content, self._content_specials)} for m in messages],
-            add_generation_prompt=True,
-            **self._special_tokens,
-        )
+        extra: dict[str, Any] = {}
+        if self.knows_tools:
+            extra = {"tools": [tool.model_dump(exclude_none=True) for tool in tools]} if tools else {}
+            shown = [self._native(m) for m in messages]
+        else:
+            shown = [{"role": m.role, "content": m.content} for m in _without_tools(messages, tools)]
+        for message in shown:
+            message["content"] = mark_literal(message["content"], self._content_specials)
+        text = self._template.render(messages=shown, add_generation_prompt=True, **self._special_tokens, **extra)
         if self._strip_prefix and text.startswith(self._strip_prefix):
             return text[len(self._strip_prefix) :]
         return text
+
+    @staticmethod
+    def _native(message: ChatMessage) -> dict[str, Any]:
+        shown: dict[str, Any] = {"role": message.role, "content": message.content}
+        if message.tool_calls:
+            shown["tool_calls"] = template_calls(message.tool_calls)
+        if message.tool_call_id is not None:
+            shown["tool_call_id"] = message.tool_call_id
+        return shown
+
+
+def _without_tools(messages: Sequence[ChatMessage], tools: Sequence[ToolSpec]) -> list[ChatMessage]:
+    """A conversation with tools as plain messages (contracts/tool_prompt.py's form)."""
+    plain: list[ChatMessage] = []
+    for message in messages:
+        if message.role == "tool":
+            response = tool_response_text(message.tool_call_id or "", message.content)
+            if plain and plain[-1].role == "user" and plain[-1].content.startswith(RESPONSE_OPEN):
+                plain[-1] = ChatMessage("user", plain[-1].content + "\n" + response)
+            else:
+                plain.append(ChatMessage("user", response))
+        elif message.tool_calls:
+            plain.append(ChatMessage(message.role, assistant_text(message.content, message.tool_calls)))
+        else:
+            plain.append(message)
+    if tools:
+        instruction = tools_instruction(tools)
+        if plain and plain[0].role == "system":
+            plain[0] = ChatMessage("system", f"{plain[0].content}\n\n{instruction}")
+        else:
+            plain.insert(0, ChatMessage("system", instruction))
+    return plain
 
 
 class ChatTemplates:
@@ -119,12 +170,12 @@ class ChatTemplates:
         # A model's template, or why it has none (a fresh 400 is raised from it each time).
         self._loaded: dict[str, ChatTemplate | str] = {}
 
-    def render(self, model: ServedModel, messages: Sequence[ChatMessage]) -> str:
-        """The prompt for `messages` to `model`; 400 when it has no usable template or the
-        template refuses the conversation (its own message, e.g. roles must alternate)."""
+    def render(self, model: ServedModel, messages: Sequence[ChatMessage], tools: Sequence[ToolSpec] = ()) -> str:
+        """The prompt for `messages` (and `tools`) to `model`; 400 when it has no usable template
+        or the template refuses the conversation (its own message, e.g. roles must alternate)."""
         template = self._get(model)
         try:
-            return template.render(messages)
+            return template.render(messages, tools)
         except TemplateRaised as exc:
             raise invalid_request(f"model {model.model_id!r} cannot take these messages: {exc}", "messages") from None
         except (TemplateError, TypeError, ValueError) as exc:

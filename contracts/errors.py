@@ -137,12 +137,34 @@ def error_payload(exc: BaseException) -> dict[str, Any]:
     return {"error": error_detail("server_error", "the gateway failed; see its log", None, "internal_error")}
 
 
+# The tags of the tagged unions in request bodies (a chat message's `role`, a response format's
+# `type`): pydantic puts the tag in an error's path (`messages.0.tool.tool_call_id`), which
+# names no field the caller sent.
+MESSAGE_TAGS = frozenset({"system", "developer", "user", "assistant", "tool"})
+FORMAT_TAGS = frozenset({"text", "json_object", "json_schema"})
+
+
+def field_path(loc: Sequence[str | int]) -> list[str]:
+    """An error's path as the caller's field names: without `body` and union tags (a message's
+    follows a list index, a format's follows `response_format`)."""
+    parts: list[str] = []
+    previous: str | int | None = None
+    for part in loc:
+        tag = (isinstance(previous, int) and part in MESSAGE_TAGS) or (
+            previous == "response_format" and part in FORMAT_TAGS
+        )
+        if part != "body" and not tag:
+            parts.append(str(part))
+        previous = part
+    return parts
+
+
 def describe_validation_errors(errors: Sequence[Any]) -> tuple[str, str | None]:
     """One message for all of pydantic's errors, and the first offending field."""
     messages: list[str] = []
     params: list[str] = []
     for error in errors:
-        loc = [str(part) for part in error.get("loc", ()) if part != "body"]
+        loc = field_path(error.get("loc", ()))
         field = ".".join(loc)
         messages.append(_describe(error, field, loc[0] if loc else ""))
         if field:

@@ -88,6 +88,15 @@ class GrammarChecker:
         self._lock = threading.Lock()
         self._verdicts: OrderedDict[str, str | None] = OrderedDict()
 
+    def known(self, grammar: str) -> tuple[str | None] | None:
+        """The verdict on `grammar` when it was checked before (a 1-tuple: the problem or None),
+        without compiling; None when it was not. Cheap: callers try it on the event loop."""
+        with self._lock:
+            if grammar in self._verdicts:
+                self._verdicts.move_to_end(grammar)
+                return (self._verdicts[grammar],)
+        return None
+
     def problem(self, grammar: str) -> str | None:
         """What is wrong with `grammar`, in llguidance's words; None when it compiles."""
         with self._lock:

@@ -4,7 +4,9 @@ Requests are as strict as the rest of the API (no "5" for 5, unknown fields refu
 refuses them), but shaped for the official SDK and the tools built on it:
 
 - honoured: model, prompt / messages, max_tokens (chat: or max_completion_tokens), stop,
-  stream, stream_options.include_usage, temperature, top_p, seed, n=1, user (ignored);
+  stream, stream_options.include_usage, temperature, top_p, seed, n=1, user (ignored),
+  response_format (contracts/response_format.py); chat: tools and tool_choice
+  (contracts/tool_calls.py), logprobs and top_logprobs; completions: logprobs and echo;
 - max_tokens absent or null: the route's default (below), lowered to what the model's context
   and the team's hard limits leave after the prompt;
 - extensions, named as vLLM names them: top_k, ignore_eos;
@@ -19,18 +21,36 @@ from __future__ import annotations
 
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationInfo,
+    field_validator,
+    model_serializer,
+)
 from pydantic_core import PydanticCustomError
 
 from contracts.caller_echo import echoed
+from contracts.chat_template import ChatMessage
 from contracts.field_checks import UnicodeChecked
 from contracts.generation import Usage
 from contracts.neutral_values import Neutral
+from contracts.openai_logprobs import ChatLogprobs, CompletionLogprobs
 from contracts.prompt_encoding import LITERAL_CLOSE, LITERAL_OPEN
+from contracts.response_format import ResponseFormat
 from contracts.schemas import INT32_MAX, INT64_MAX, INT64_MIN, StopList, TopP
+from contracts.tool_calls import ToolChoice, Tools, ToolSpec, tool_choice_of, tools_problem
+from contracts.tool_prompt import CallInMessage
 
-FinishReason = Literal["stop", "length"]
-ChatRole = Literal["system", "developer", "user", "assistant"]
+FinishReason = Literal["stop", "length", "tool_calls"]
+# OpenAI's bounds: completions' `logprobs` alternatives, chat's `top_logprobs`.
+MAX_COMPLETION_LOGPROBS = 5
+MAX_TOP_LOGPROBS = 20
+# OpenAI's newer name for the system role; chat templates know only "system".
+_TEMPLATE_ROLES = {"developer": "system"}
 
 
 def _one_prompt(value: object) -> object:
@@ -124,6 +144,8 @@ class _OpenAIRequest(UnicodeChecked):
     presence_penalty: Annotated[Any, Neutral(0, 0.0)] = None
     frequency_penalty: Annotated[Any, Neutral(0, 0.0)] = None
     logit_bias: Annotated[Any, Neutral({})] = None
+    # The reply held to a JSON schema or object (contracts/response_format.py).
+    response_format: ResponseFormat | None = None
 
     @field_validator("stream_options")
     @classmethod
@@ -148,8 +170,9 @@ class CompletionRequest(_OpenAIRequest):
         Field(min_length=1),
     ]
     max_tokens: MaxTokens | None = _max_tokens_field(COMPLETIONS_DEFAULT_MAX_TOKENS)
-    logprobs: Annotated[Any, Neutral()] = None
-    echo: Annotated[Any, Neutral(False)] = None
+    # Each token's log-probability and this many alternatives (with echo: the prompt's too).
+    logprobs: Annotated[int, Field(ge=0, le=MAX_COMPLETION_LOGPROBS)] | None = None
+    echo: bool | None = None  # the prompt's text before the reply's
     best_of: Annotated[Any, Neutral(1)] = None
     suffix: Annotated[Any, Neutral("")] = None
 
@@ -159,17 +182,73 @@ class CompletionRequest(_OpenAIRequest):
         return self.max_tokens
 
 
-class ChatMessageIn(UnicodeChecked):
-    """One message of a chat request: text content only, no tool calls."""
+class FunctionCallIn(UnicodeChecked):
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+    name: str
+    arguments: str  # JSON text, as the reply that made the call gave it
+
+
+class ToolCallIn(UnicodeChecked):
+    """An earlier call in the conversation (an assistant message's `tool_calls`)."""
 
     model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
 
-    role: ChatRole
-    content: Annotated[str, BeforeValidator(_text_content, json_schema_input_type=ChatText | list[TextPart])]
+    id: str
+    type: Literal["function"]
+    function: FunctionCallIn
+
+
+ChatContent = Annotated[str, BeforeValidator(_text_content, json_schema_input_type=ChatText | list[TextPart])]
+
+
+class _Message(UnicodeChecked):
+    """What every message of a chat request may hold."""
+
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
     name: str | None = None  # accepted, not shown to the model (templates have no place for it)
     refusal: Annotated[Any, Neutral()] = None
-    tool_calls: Annotated[Any, Neutral([])] = None
     function_call: Annotated[Any, Neutral()] = None
+
+
+class TextMessage(_Message):
+    role: Literal["system", "developer", "user"]
+    content: ChatContent
+    tool_calls: Annotated[Any, Neutral([])] = None
+
+    @property
+    def text(self) -> str:
+        return self.content
+
+
+class AssistantMessage(_Message):
+    """An earlier reply: text, calls, or both (content may be null with calls)."""
+
+    role: Literal["assistant"]
+    content: Annotated[
+        str | None, BeforeValidator(_text_content, json_schema_input_type=ChatText | list[TextPart] | None)
+    ] = None
+    tool_calls: list[ToolCallIn] | None = None
+
+    @property
+    def text(self) -> str:
+        return self.content or ""
+
+
+class ToolMessage(_Message):
+    """A call's result, answering the call `tool_call_id` names."""
+
+    role: Literal["tool"]
+    content: ChatContent
+    tool_call_id: str
+
+    @property
+    def text(self) -> str:
+        return self.content
+
+
+ChatMessageIn = Annotated[TextMessage | AssistantMessage | ToolMessage, Field(discriminator="role")]
 
 
 class ChatCompletionRequest(_OpenAIRequest):
@@ -183,12 +262,11 @@ class ChatCompletionRequest(_OpenAIRequest):
     max_completion_tokens: MaxTokens | None = _max_tokens_field(
         CHAT_DEFAULT_MAX_TOKENS, "OpenAI's newer name for max_tokens (both given must agree)"
     )
-    logprobs: Annotated[Any, Neutral(False)] = None
-    top_logprobs: Annotated[Any, Neutral(0)] = None
-    tools: Annotated[Any, Neutral([])] = None
-    tool_choice: Annotated[Any, Neutral("none")] = None
-    parallel_tool_calls: bool | None = None  # meaningless without tools
-    response_format: Annotated[Any, Neutral({"type": "text"})] = None
+    logprobs: bool | None = None
+    top_logprobs: Annotated[int, Field(ge=0, le=MAX_TOP_LOGPROBS)] | None = None
+    tools: Tools | None = None
+    tool_choice: ToolChoice | None = None
+    parallel_tool_calls: bool | None = None  # one call a reply is always an answer it allows
     service_tier: Annotated[Any, Neutral("auto", "default")] = None
     store: Annotated[Any, Neutral(False)] = None
     metadata: dict[str, str] | None = None  # only for stored completions, which there are none of
@@ -203,10 +281,56 @@ class ChatCompletionRequest(_OpenAIRequest):
             )
         return value
 
+    @field_validator("top_logprobs")
+    @classmethod
+    def _with_logprobs(cls, value: int | None, info: ValidationInfo) -> int | None:
+        if value and not info.data.get("logprobs"):
+            raise PydanticCustomError("top_logprobs", "needs logprobs: true")
+        return value
+
+    @field_validator("tools")
+    @classmethod
+    def _unique_names(cls, value: list[ToolSpec] | None) -> list[ToolSpec] | None:
+        problem = tools_problem(value, None)
+        if problem is not None:
+            raise PydanticCustomError("tools", "{problem}", {"problem": problem[1]})
+        return value
+
+    @field_validator("tool_choice")
+    @classmethod
+    def _names_a_tool(cls, value: ToolChoice | None, info: ValidationInfo) -> ToolChoice | None:
+        problem = tools_problem(info.data.get("tools"), value)
+        if problem is not None:
+            raise PydanticCustomError("tool_choice", "{problem}", {"problem": problem[1]})
+        return value
+
     @property
     def completion_limit(self) -> int | None:
         """max_tokens (or max_completion_tokens) as the caller sent it; None: `default_max_tokens` applies."""
         return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+
+    @property
+    def tool_choice_in_force(self) -> ToolChoice:
+        return tool_choice_of(self.tools, self.tool_choice)
+
+    @property
+    def shown_tools(self) -> list[ToolSpec]:
+        """The tools the model is told of: none when it may not call them."""
+        return list(self.tools or ()) if self.tool_choice_in_force != "none" else []
+
+    def template_messages(self) -> list[ChatMessage]:
+        """The messages as the chat template takes them ("developer" is "system" to templates)."""
+        return [
+            ChatMessage(
+                _TEMPLATE_ROLES.get(m.role, m.role),
+                m.text,
+                tuple(CallInMessage(c.id, c.function.name, c.function.arguments) for c in m.tool_calls or ())
+                if isinstance(m, AssistantMessage)
+                else (),
+                m.tool_call_id if isinstance(m, ToolMessage) else None,
+            )
+            for m in self.messages
+        ]
 
 
 class PromptTokensDetails(BaseModel):
@@ -232,7 +356,7 @@ class CompletionUsage(BaseModel):
 class CompletionChoice(BaseModel):
     index: int = 0
     text: str
-    logprobs: None = None
+    logprobs: CompletionLogprobs | None = None
     finish_reason: FinishReason | None
 
 
@@ -247,15 +371,38 @@ class Completion(BaseModel):
     usage: CompletionUsage | None = None
 
 
-class ChatMessageOut(BaseModel):
+class FunctionCallOut(BaseModel):
+    name: str
+    arguments: str  # JSON text
+
+
+class ToolCallOut(BaseModel):
+    id: str  # call_...
+    type: Literal["function"] = "function"
+    function: FunctionCallOut
+
+
+class _CallsWhenAny(BaseModel):
+    """Written without `tool_calls` when it holds none: a text reply reads as it always has."""
+
+    @model_serializer(mode="wrap")
+    def _calls_when_any(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        dumped: dict[str, Any] = handler(self)
+        if dumped.get("tool_calls") is None:
+            dumped.pop("tool_calls", None)
+        return dumped
+
+
+class ChatMessageOut(_CallsWhenAny):
     role: Literal["assistant"] = "assistant"
-    content: str
+    content: str | None  # null when the reply is a call
+    tool_calls: list[ToolCallOut] | None = None
 
 
 class ChatChoice(BaseModel):
     index: int = 0
     message: ChatMessageOut
-    logprobs: None = None
+    logprobs: ChatLogprobs | None = None
     finish_reason: FinishReason
 
 
@@ -268,15 +415,38 @@ class ChatCompletion(BaseModel):
     usage: CompletionUsage
 
 
-class ChatDelta(BaseModel):
+class _WithoutNulls(BaseModel):
+    """Written without its null fields: a streamed call's later pieces name only what they add."""
+
+    @model_serializer(mode="wrap")
+    def _without_nulls(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return {key: value for key, value in handler(self).items() if value is not None}
+
+
+class FunctionCallDelta(_WithoutNulls):
+    name: str | None = None
+    arguments: str | None = None
+
+
+class ToolCallDelta(_WithoutNulls):
+    """A piece of a streamed call: the first has its id, type and name; the others arguments."""
+
+    index: int = 0
+    id: str | None = None
+    type: Literal["function"] | None = None
+    function: FunctionCallDelta
+
+
+class ChatDelta(_CallsWhenAny):
     role: Literal["assistant"] | None = None
     content: str | None = None
+    tool_calls: list[ToolCallDelta] | None = None
 
 
 class ChatChunkChoice(BaseModel):
     index: int = 0
     delta: ChatDelta
-    logprobs: None = None
+    logprobs: ChatLogprobs | None = None
     finish_reason: FinishReason | None = None
 
 

@@ -19,6 +19,7 @@ from contracts.field_checks import (
     top_p_floor,
 )
 from contracts.generation import RequestClass
+from contracts.response_format import ResponseFormat
 
 INT32_MAX = 2**31 - 1
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
@@ -85,6 +86,8 @@ class GenerateBody(UnicodeChecked):
     top_k: Annotated[int, Field(ge=0, le=INT32_MAX)] | None = None
     seed: Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX)] | None = None
     ignore_eos: bool = False
+    # The reply held to a JSON schema or object, as OpenAI's field says (contracts/response_format.py).
+    response_format: ResponseFormat | None = None
 
 
 class UsageBody(BaseModel):
@@ -182,4 +185,6 @@ FIELD_HINTS: dict[str, str] = {
     "top_k": f"an integer from 0 (off) to {INT32_MAX}",
     "seed": "a 64-bit integer",
     "ignore_eos": "true or false",
+    "response_format": '{"type": "text"}, {"type": "json_object"} or {"type": "json_schema", "json_schema": '
+    '{"name", "schema", "strict"}}',
 }

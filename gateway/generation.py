@@ -29,8 +29,9 @@ import redis
 
 from config.settings import SwitchyardConfig
 from contracts.catalog import ModelCatalog, ServedModel
-from contracts.errors import ApiError, model_not_found, request_conflict
+from contracts.errors import ApiError, invalid_request, model_not_found, request_conflict
 from contracts.generation import BackendError, GenerationDelta, GenerationRequest, RequestClass, Usage
+from contracts.guided_grammar import GrammarChecker
 from contracts.latency_log import LatencyLog
 from contracts.prompt_context import check_context, encode_prompt
 from contracts.schemas import GenerateBody
@@ -70,6 +71,13 @@ class GenerationInput:
     seed: int | None = None
     ignore_eos: bool = False
     door: str = "http"  # the protocol it came through (`grpc`: the front door), a usage label
+    # The grammar the reply follows (contracts/guided_grammar.py); checked in `start`, its
+    # problem a 400 naming `grammar_param` (the field the caller built it with).
+    guided_grammar: str | None = None
+    grammar_param: str = "response_format"
+    # Alternatives per generated token, and per prompt token (echo); None: not computed.
+    logprobs: int | None = None
+    prompt_logprobs: int | None = None
 
 
 def generation_input(body: GenerateBody, door: str = "http") -> GenerationInput:
@@ -88,6 +96,7 @@ def generation_input(body: GenerateBody, door: str = "http") -> GenerationInput:
         seed=body.seed,
         ignore_eos=body.ignore_eos,
         door=door,
+        guided_grammar=None if body.response_format is None else body.response_format.grammar(),
     )
 
 
@@ -117,8 +126,10 @@ class GenerationService:
         metrics: GatewayMetrics | None = None,
         attach_idle_timeout_s: float = 60.0,
         latency_log: LatencyLog | None = None,
+        grammars: GrammarChecker | None = None,
     ) -> None:
-        """`latency_log`: a line of stamps per request this process ran (docs/latency.md)."""
+        """`latency_log`: a line of stamps per request this process ran (docs/latency.md);
+        `grammars`: the checker (and its cache) of structured output's grammars."""
         self._config = config
         self._catalog = catalog
         self._registry = registry
@@ -129,6 +140,7 @@ class GenerationService:
         self._metrics = metrics
         self._attach_idle_timeout_s = attach_idle_timeout_s
         self._latency_log = latency_log  # None: no stamp lines (the default)
+        self._grammars = grammars or GrammarChecker()
         self._background: set[asyncio.Task[object]] = set()  # writes that outlive their request
 
     def model(self, model_id: str) -> ServedModel:
@@ -148,6 +160,8 @@ class GenerationService:
         prompt_ids = await encode_prompt(model, inp.prompt)
         prompt_tokens = len(prompt_ids)
         check_context(model, prompt_tokens, inp.max_tokens)
+        if inp.guided_grammar is not None:
+            await self._check_grammar(inp.guided_grammar, inp.grammar_param)
         public_id = inp.request_id or uuid.uuid4().hex
         scoped = scoped_id(team_id, public_id)
         # Before the claim: a refusal after it would leave the id claimed with nothing running.
@@ -207,6 +221,9 @@ class GenerationService:
             prompt_token_ids=PackedTokenIds.pack(prompt_ids),
             prompt_tokens=prompt_tokens,
             prefix_block_hashes=tuple(prompt_block_hashes(prompt_ids, block_size, team_id, DEFAULT_MAX_BLOCKS)),
+            guided_grammar=inp.guided_grammar,
+            logprobs=inp.logprobs,
+            prompt_logprobs=inp.prompt_logprobs,
         )
         lifecycle = RequestLifecycle(
             self._idempotency, self._admission, self._metering, team_id, public_id, request_class, lease,
@@ -249,6 +266,15 @@ class GenerationService:
         entry.hooks.followed(entry, mirror=message is BusMessage.ATTACH)
         if message is BusMessage.CANCEL:
             await self._registry.cancel(scoped)
+
+    async def _check_grammar(self, grammar: str, param: str) -> None:
+        """400 naming `param` with llguidance's reason when `grammar` does not compile. A grammar
+        seen before is answered from the cache; a new one compiles in a worker thread (bounded
+        by llguidance's fuel limits and a wall-clock bound), never on the event loop."""
+        known = self._grammars.known(grammar)
+        problem = known[0] if known is not None else await asyncio.to_thread(self._grammars.problem, grammar)
+        if problem is not None:
+            raise invalid_request(f"{param}: {problem}", param)
 
     def _keep_s(self, request_id: str | None, request_class: str) -> int | None:
         """How long a finished request's result stays for repeats of its id: none without a

@@ -6,7 +6,8 @@ started, how a request's end reads in OpenAI's words, and the streamed event loo
                                             is `chatcmpl-ID` / `cmpl-ID`, DELETE /v1/generate/ID
                                             cancels it
 
-    data: {chunk}          one per delta with text (chat: a first one with the role)
+    data: {chunk}          one per delta with text or log-probabilities (chat: a first one with
+                           the role; completions with echo: a first one with the prompt)
     data: {chunk}          finish_reason set, empty text
     data: {chunk}          with stream_options.include_usage: usage, no choices
     data: [DONE]
@@ -23,6 +24,7 @@ or a 413.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Coroutine
+from dataclasses import dataclass
 from typing import Annotated, Any, Protocol
 
 from fastapi import Depends, Header, Request, Response
@@ -34,8 +36,8 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from config.settings import TeamSpec
 from contracts.caller_echo import echoed
 from contracts.catalog import ServedModel
-from contracts.errors import error_payload, invalid_request
-from contracts.generation import BackendError, RequestClass, Usage
+from contracts.errors import error_payload, field_path, invalid_request
+from contracts.generation import BackendError, GenerationDelta, RequestClass, Usage
 from contracts.openai_schemas import ChatCompletionRequest, CompletionRequest, FinishReason
 from contracts.prompt_context import count_prompt_tokens
 from contracts.schemas import RequestId
@@ -120,7 +122,7 @@ class OpenAIRoute(APIRoute):
 
 
 def _field(loc: tuple[str | int, ...]) -> str:
-    return ".".join(str(part) for part in loc if part != "body")
+    return ".".join(field_path(loc))
 
 
 def finish_reason(entry: InflightRequest) -> FinishReason:
@@ -154,9 +156,9 @@ class ChunkWriter(Protocol):
 
     def opening(self) -> list[bytes]: ...
 
-    def text(self, text: str) -> bytes: ...
+    def delta(self, delta: GenerationDelta) -> list[bytes]: ...
 
-    def finish(self, reason: FinishReason) -> bytes: ...
+    def finish(self, reason: FinishReason) -> list[bytes]: ...
 
     def usage(self, usage: Usage) -> bytes: ...
 
@@ -186,10 +188,10 @@ async def stream_chunks(
             yield event
         while True:
             while seen < len(entry.deltas):
-                text = entry.deltas[seen].text
+                delta = entry.deltas[seen]
                 seen += 1
-                if text:  # a delta without text holds back part of a character
-                    yield writer.text(text)
+                for event in writer.delta(delta):
+                    yield event
             if entry.done:
                 break
             if not await entry.wait_changed(seen, timeout=heartbeat_s):
@@ -199,7 +201,8 @@ async def stream_chunks(
         except Exception as exc:  # the stream has started: report in-band
             yield sse_event(error_payload(exc), event="error")
             return
-        yield writer.finish(reason)
+        for event in writer.finish(reason):
+            yield event
         if include_usage:
             yield writer.usage(entry.usage)
         yield DONE
@@ -244,6 +247,17 @@ async def reply_max_tokens(
     return max(1, min(body.default_max_tokens, *(limit - prompt_tokens for limit in limits)))
 
 
+@dataclass(frozen=True, slots=True)
+class Constraints:
+    """What a route asks of the engine beyond sampling: a grammar (and the field it came from,
+    for its 400), and log-probabilities of the reply's and the prompt's tokens."""
+
+    guided_grammar: str | None = None
+    grammar_param: str = "response_format"
+    logprobs: int | None = None
+    prompt_logprobs: int | None = None
+
+
 def started_generation(
     body: CompletionRequest | ChatCompletionRequest,
     route: str,
@@ -251,6 +265,7 @@ def started_generation(
     max_tokens: int,
     request_class: RequestClass | None,
     request_id: str | None,
+    constraints: Constraints = Constraints(),
 ) -> tuple[GenerationInput, str]:
     """What both OpenAI routes ask `GenerationService.start` for: the generation (prompt and
     max_tokens as the route resolved them) and the body's fingerprint, scoped by `route`."""
@@ -266,6 +281,10 @@ def started_generation(
         top_k=body.top_k,
         seed=body.seed,
         ignore_eos=bool(body.ignore_eos),
+        guided_grammar=constraints.guided_grammar,
+        grammar_param=constraints.grammar_param,
+        logprobs=constraints.logprobs,
+        prompt_logprobs=constraints.prompt_logprobs,
     )
     digest = fingerprint({"route": route, **body.model_dump(mode="json", exclude={"stream", "stream_options"})})
     return inp, digest

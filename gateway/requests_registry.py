@@ -24,6 +24,7 @@ from contracts.generation import (
     GenerationBackend,
     GenerationDelta,
     GenerationRequest,
+    Logprobs,
     RequestRejected,
     Usage,
 )
@@ -65,6 +66,8 @@ class InflightRequest:
         self.started_at = started_at
         self.usage = Usage(prompt_tokens=prompt_tokens)
         self.deltas: list[GenerationDelta] = []  # those that carried text or tokens
+        # The prompt's log-probabilities (echo), from the first server that sent them.
+        self.prompt_logprobs: Logprobs | None = None
         self.first_token_at: float | None = None
         self.stop_reason: str | None = None
         self.error: BaseException | None = None
@@ -92,6 +95,8 @@ class InflightRequest:
             self.usage = delta.usage
         elif delta.token_ids:
             self.usage = replace(self.usage, completion_tokens=self.usage.completion_tokens + len(delta.token_ids))
+        if delta.prompt_logprobs is not None and self.prompt_logprobs is None:
+            self.prompt_logprobs = delta.prompt_logprobs
         if delta.text or delta.token_ids:
             if self.first_token_at is None:
                 self.first_token_at = now

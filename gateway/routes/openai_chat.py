@@ -4,27 +4,16 @@ like any prompt through `GenerationService`, streamed or whole."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request, Response
 
-from contracts.chat_template import ChatMessage, ChatTemplates
+from contracts.chat_template import ChatTemplates
 from contracts.errors import invalid_request
-from contracts.generation import Usage
-from contracts.openai_schemas import (
-    ChatChoice,
-    ChatChunkChoice,
-    ChatCompletion,
-    ChatCompletionChunk,
-    ChatCompletionRequest,
-    ChatDelta,
-    ChatMessageOut,
-    CompletionUsage,
-    FinishReason,
-)
+from contracts.openai_schemas import ChatCompletion, ChatCompletionRequest, FinishReason
 from contracts.schemas import error_responses
 from gateway.auth import PrincipalDep
+from gateway.chat_reply import ChatChunks, chat_constraints, whole_chat
 from gateway.deps import GenerationDep, RegistryDep, SettingsDep, services_of
 from gateway.key_slots import claim_stream
 from gateway.openai_serving import (
@@ -33,15 +22,12 @@ from gateway.openai_serving import (
     RequestIdHeader,
     reply,
     reply_max_tokens,
-    sse_data,
     started_generation,
 )
 
 router = APIRouter(prefix="/v1/chat/completions", tags=["openai"], route_class=OpenAIRoute)
 
 _ERRORS = error_responses(400, 404, 409, 413, 429, 502, 503)
-# OpenAI's newer name for the system role; chat templates know only "system".
-_TEMPLATE_ROLES = {"developer": "system"}
 
 
 async def get_chat_templates(request: Request) -> ChatTemplates:
@@ -56,31 +42,6 @@ async def get_chat_templates(request: Request) -> ChatTemplates:
 
 
 ChatTemplatesDep = Annotated[ChatTemplates, Depends(get_chat_templates)]
-
-
-@dataclass(frozen=True, slots=True)
-class ChatChunks:
-    """The streamed `chat.completion.chunk` events of one request."""
-
-    id: str
-    created: int
-    model: str
-
-    def opening(self) -> list[bytes]:
-        return [self._event([ChatChunkChoice(delta=ChatDelta(role="assistant", content=""))])]
-
-    def text(self, text: str) -> bytes:
-        return self._event([ChatChunkChoice(delta=ChatDelta(content=text))])
-
-    def finish(self, reason: FinishReason) -> bytes:
-        return self._event([ChatChunkChoice(delta=ChatDelta(), finish_reason=reason)])
-
-    def usage(self, usage: Usage) -> bytes:
-        return self._event([], CompletionUsage.of(usage))
-
-    def _event(self, choices: list[ChatChunkChoice], usage: CompletionUsage | None = None) -> bytes:
-        chunk = ChatCompletionChunk(id=self.id, created=self.created, model=self.model, choices=choices, usage=usage)
-        return sse_data(chunk)
 
 
 @router.post("", response_model=ChatCompletion, responses={**_ERRORS, 200: {"content": {"text/event-stream": {}}}})
@@ -101,20 +62,20 @@ async def create_chat_completion(
     if body.stream:
         claim_stream(request)  # the key's streams at their cap: 429 before anything starts
     model = generation.model(body.model)
-    messages = [ChatMessage(_TEMPLATE_ROLES.get(m.role, m.role), m.content) for m in body.messages]
-    prompt = templates.render(model, messages)
+    constraints = chat_constraints(body)
+    prompt = templates.render(model, body.template_messages(), body.shown_tools)
     if not prompt:
         raise invalid_request(f"model {body.model!r}'s chat template rendered these messages as nothing", "messages")
     max_tokens = await reply_max_tokens(body, model, prompt, principal.team)
     entry = await generation.start(
-        principal, *started_generation(body, "chat", prompt, max_tokens, request_class, request_id)
+        principal, *started_generation(body, "chat", prompt, max_tokens, request_class, request_id, constraints)
     )
-    chunks = ChatChunks(f"chatcmpl-{entry.public_id}", created, body.model)
+    texts = model.token_texts if constraints.logprobs is not None else None
+    calls = constraints.grammar_param == "tools" and constraints.guided_grammar is not None
+    chunks = ChatChunks(f"chatcmpl-{entry.public_id}", created, body.model, entry.public_id, texts=texts, calls=calls)
 
     def whole(reason: FinishReason) -> ChatCompletion:
-        choice = ChatChoice(message=ChatMessageOut(content=entry.text), finish_reason=reason)
-        usage = CompletionUsage.of(entry.usage)
-        return ChatCompletion(id=chunks.id, created=created, model=body.model, choices=[choice], usage=usage)
+        return whole_chat(entry, chunks.id, created, body.model, reason, texts=texts, calls=calls)
 
     heartbeat_s = settings.sse_heartbeat_s
     return await reply(

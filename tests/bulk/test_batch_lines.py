@@ -16,6 +16,7 @@ from build_engines.tokenizer import LLAMA_CHAT_TEMPLATE, train_tokenizer
 from bulk.batch_lines import BatchEntry, LineError, LineValidator
 from contracts.catalog import ServedModel
 from contracts.chat_template import ChatMessage, ChatTemplate
+from contracts.tool_calls import ToolSpec
 
 CONTEXT = 512
 LONG_PROMPT = "the quick brown fox jumps over the lazy dog " * 9  # 396 bytes, far fewer tokens
@@ -39,9 +40,9 @@ class RecordingRenderer:
         self.template = ChatTemplate(LLAMA_CHAT_TEMPLATE, {"bos_token": "<s>", "eos_token": "</s>"}, True)
         self.calls: list[list[ChatMessage]] = []
 
-    def __call__(self, messages: Sequence[ChatMessage]) -> str:
+    def __call__(self, messages: Sequence[ChatMessage], tools: Sequence[ToolSpec] = ()) -> str:
         self.calls.append(list(messages))
-        return self.template.render(messages)
+        return self.template.render(messages, tools)
 
 
 @pytest.fixture(scope="module")

@@ -133,11 +133,15 @@ async def test_an_assistant_reply_can_be_sent_back(client: httpx.AsyncClient, ba
     assert backend.requests[1].prompt.endswith(" Hello, world </s><s>[INST] more [/INST]")
 
 
+TOOL = {"type": "function", "function": {"name": "f"}}
+
+
 @pytest.mark.parametrize(
     ("patch", "param", "needle"),
     [
         ({"messages": []}, "messages", "at least 1"),
-        ({"messages": [{"role": "tool", "content": "x"}]}, "messages.0.role", "'user'"),
+        ({"messages": [{"role": "robot", "content": "x"}]}, "messages.0", "'user'"),
+        ({"messages": [{"role": "tool", "content": "x"}]}, "messages.0.tool_call_id", "required"),
         ({"messages": [{"role": "user"}]}, "messages.0.content", "required"),
         ({"messages": [{"role": "user", "content": None}]}, "messages.0.content", "string"),
         (
@@ -148,9 +152,12 @@ async def test_an_assistant_reply_can_be_sent_back(client: httpx.AsyncClient, ba
         ({"messages": [{"role": "user", "content": "x", "colour": "red"}]}, "messages.0.colour", "unrecognized"),
         ({"messages": [{"role": "assistant", "content": "I go first"}]}, "messages", "roles must alternate"),
         ({"max_completion_tokens": 5}, "max_completion_tokens", "differs from max_tokens (9)"),
-        ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools", "not supported"),
-        ({"logprobs": True}, "logprobs", "omit it or send null or false"),
-        ({"response_format": {"type": "json_object"}}, "response_format", "not supported"),
+        ({"tool_choice": "required"}, "tool_choice", "needs tools"),
+        ({"tools": [TOOL, TOOL]}, "tools", "defined twice"),
+        ({"tools": [TOOL], "tool_choice": {"type": "function", "function": {"name": "g"}}}, "tool_choice", "'g'"),
+        ({"top_logprobs": 2}, "top_logprobs", "needs logprobs: true"),
+        ({"logprobs": True, "top_logprobs": 21}, "top_logprobs", "20"),
+        ({"response_format": {"type": "xml"}}, "response_format", "xml"),
         ({"prompt": "hi"}, "prompt", "unrecognized field 'prompt'"),
     ],
 )

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import openai
+import pydantic
 import pytest
 import uvicorn
 from fastapi import FastAPI
@@ -202,3 +203,48 @@ async def test_batches_echo_their_window_and_refuse_an_unknown_cursor(sdk: opena
     with pytest.raises(openai.BadRequestError) as unknown:
         await sdk.batches.list(after="batch_unknown")
     assert (unknown.value.param, unknown.value.code) == ("after", "invalid_cursor")
+
+
+class Record(pydantic.BaseModel):
+    id: int
+    ok: bool
+
+
+async def test_parse_returns_the_pydantic_object(sdk: openai.AsyncOpenAI, backend: Any) -> None:
+    backend.deltas = [GenerationDelta(text='{"id":7,', token_ids=(5, 6)),
+                      GenerationDelta(text='"ok":true}', token_ids=(7,), finish_reason="stop")]  # fmt: skip
+    completion = await sdk.chat.completions.parse(
+        model="small", messages=MESSAGES, max_tokens=20, response_format=Record
+    )
+    assert completion.choices[0].message.parsed == Record(id=7, ok=True)
+    grammar = backend.requests[0].guided_grammar
+    assert grammar is not None and grammar.startswith("start: %json") and '"ok"' in grammar
+
+
+async def test_streamed_tool_calls_assemble_as_the_sdk_expects(
+    sdk: openai.AsyncOpenAI, backend: Any, config_path: Path
+) -> None:
+    small = config_path.parent / "models" / "small" / "tokenizer_config.json"
+    (config_path.parent / "models" / "large" / "tokenizer_config.json").write_text(small.read_text())  # room for tools
+    pieces = ["<tool_call>", '{"name":"lookup","arguments":{"q"', ':"fox"}', "}</tool_call>"]
+    backend.deltas = [
+        GenerationDelta(text=p, token_ids=(5 + i,), finish_reason="stop" if i == len(pieces) - 1 else None)
+        for i, p in enumerate(pieces)
+    ]
+    parameters = {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}
+    tool: Any = {"type": "function", "function": {"name": "lookup", "parameters": parameters}}
+    async with sdk.chat.completions.stream(
+        model="large",
+        messages=MESSAGES,
+        max_tokens=20,
+        tools=[tool],
+        tool_choice="required",  # type: ignore[list-item]
+    ) as stream:
+        async for _ in stream:
+            pass
+        final = await stream.get_final_completion()
+    (choice,) = final.choices
+    assert choice.finish_reason == "tool_calls"
+    (call,) = choice.message.tool_calls or []
+    assert call.function.name == "lookup" and json.loads(call.function.arguments) == {"q": "fox"}
+    assert call.id.startswith("call_")

@@ -99,7 +99,7 @@ async def test_one_prompt_is_a_string_or_a_list_of_one(
         ("n", 2, [{"type": "integer", "const": 1}]),
         ("presence_penalty", 0.5, [{"type": "integer", "const": 0}, {"type": "number", "const": 0.0}]),
         ("logit_bias", {"50256": -100}, [{"type": "object", "properties": {}, "additionalProperties": False}]),
-        ("tools", [{"type": "function"}], [{"type": "array", "maxItems": 0}]),
+        ("store", True, [{"type": "boolean", "const": False}]),
     ],
 )
 async def test_fields_the_gateway_cannot_honour_are_documented_at_their_neutral_values(
@@ -109,6 +109,37 @@ async def test_fields_the_gateway_cannot_honour_are_documented_at_their_neutral_
     reply = await client.post("/v1/chat/completions", json={**CHAT, field: refused})
     assert reply.status_code == 400
     assert reply.json()["error"]["param"] == field
+
+
+@pytest.mark.parametrize(
+    ("path", "field", "bound", "base"),
+    [
+        ("/v1/chat/completions", "top_logprobs", ("maximum", 20), {"logprobs": True}),
+        ("/v1/completions", "logprobs", ("maximum", 5), {}),
+        ("/v1/chat/completions", "tools", ("maxItems", 128), {"tool_choice": "none"}),  # not shown: a short prompt
+    ],
+)
+async def test_structured_output_and_logprob_bounds_are_the_documents(
+    client: httpx.AsyncClient,
+    spec: dict[str, Any],
+    path: str,
+    field: str,
+    bound: tuple[str, int],
+    base: dict[str, Any],
+) -> None:
+    (schema,) = field_schema(spec, path, field)
+    key, limit = bound
+    assert schema[key] == limit
+    if field == "tools":
+        tools = [{"type": "function", "function": {"name": f"f{i}"}} for i in range(limit + 1)]
+        over: object = tools
+        at: object = tools[:limit]
+    else:
+        over, at = limit + 1, limit
+    body = {**BODIES[path], **base}
+    assert (await client.post(path, json={**body, field: at})).status_code == 200
+    reply = await client.post(path, json={**body, field: over})
+    assert reply.status_code == 400 and reply.json()["error"]["param"] == field
 
 
 async def test_an_empty_after_is_refused_as_the_document_says(client: httpx.AsyncClient, spec: dict[str, Any]) -> None:

@@ -24,6 +24,14 @@ sent as generated (only its cost is bounded).
       range, a team's key at most 31 days
     a batch deadline: in the future, within 24 h      the default (24 h)
     after: names one of the team's batches            dropped (the first page)
+    a message's fields are its role's (tool_call_id    the fields of the role it is given
+      for tool, tool_calls for assistant)
+    a JSON schema llguidance compiles (response_format, `{"type": "object"}` / no parameters
+      tools' parameters)
+    tool_choice names one of the tools; required or    "auto" / dropped
+      a name needs tools; tools in force and a
+      response_format are not combined
+    top_logprobs only with logprobs: true              logprobs set to true
 """
 
 from __future__ import annotations
@@ -103,6 +111,7 @@ def _keep_body_rules(body: dict[str, Any], model_id: str, *, heads: bool) -> Non
         del body["stream_options"]
     if isinstance(body.get("messages"), list):
         body["messages"] = _template_turns(body["messages"])
+    _keep_grammar_rules(body)
     for name in ("deadline", "completion_window"):
         if isinstance(body.get(name), str) and not _deadline_allowed(body[name]):
             del body[name]
@@ -114,8 +123,41 @@ def _template_turns(messages: list[Any]) -> list[Any]:
     system = bool(messages) and len(messages) > 1 and messages[0].get("role") in ("system", "developer")
     turns = []
     for index, message in enumerate(messages[1:] if system else messages):
-        turns.append({**message, "role": "user" if index % 2 == 0 else "assistant"})
-    return [messages[0], *turns] if system else turns
+        role = "user" if index % 2 == 0 else "assistant"
+        turn = {key: value for key, value in message.items() if key != "tool_call_id"}
+        if role == "user":
+            turn.pop("tool_calls", None)
+            turn["content"] = turn.get("content") if turn.get("content") is not None else ""
+        turns.append({**turn, "role": role})
+    first = messages[0] if system else None
+    if first is not None:
+        first = {key: value for key, value in first.items() if key not in ("tool_call_id", "tool_calls")}
+        first["content"] = first.get("content") if first.get("content") is not None else ""
+    return [first, *turns] if first is not None else turns
+
+
+def _keep_grammar_rules(body: dict[str, Any]) -> None:
+    """Schemas llguidance compiles, a tool_choice that names a tool, one grammar at a time."""
+    response_format = body.get("response_format")
+    if isinstance(response_format, dict) and isinstance(response_format.get("json_schema"), dict):
+        response_format["json_schema"] = {**response_format["json_schema"], "schema": {"type": "object"}}
+    tools = body.get("tools")
+    if isinstance(tools, list):
+        unique = {tool["function"]["name"]: tool for tool in reversed(tools)}  # a name once
+        body["tools"] = tools = [
+            {**tool, "function": {k: v for k, v in tool["function"].items() if k != "parameters"}}
+            for tool in reversed(unique.values())
+        ]
+    names = [tool["function"]["name"] for tool in tools or ()]
+    choice = body.get("tool_choice")
+    if isinstance(choice, dict) and choice.get("function", {}).get("name") not in names:
+        body["tool_choice"] = choice = "auto"
+    if not names and choice not in (None, "none", "auto"):
+        del body["tool_choice"]
+    if names and body.get("tool_choice", "auto") != "none":
+        body.pop("response_format", None)
+    if body.get("top_logprobs") and not body.get("logprobs"):
+        body["logprobs"] = True
 
 
 def _kept_query_rules(path: str, query: dict[str, Any]) -> dict[str, Any]:
