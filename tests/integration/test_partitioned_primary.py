@@ -109,6 +109,12 @@ def test_a_partitioned_primary_loses_no_acknowledged_write(split: tuple[RedisRep
             username="admin", password=admin, socket_timeout=1.0, socket_connect_timeout=1.0,
         )  # fmt: skip
         client = sentinel.master_for(replicas.master_name)  # a gateway's client: follows the primary
+        # The late record's own client, connected before the cut: sharing the writer's pool, it
+        # would open a connection after the cut, and that connection's lookup of the primary
+        # (the sentinels, out of reach: a timeout each) holds the pool's lock, and the writer
+        # with it, for seconds.
+        late_client = sentinel.master_for(replicas.master_name)
+        await late_client.ping()
         out, stop = Outcomes(), asyncio.Event()
         writer = asyncio.create_task(_write_all(client, stop, out))
         await asyncio.sleep(1.0)
@@ -116,10 +122,10 @@ def test_a_partitioned_primary_loses_no_acknowledged_write(split: tuple[RedisRep
         cut_at = time.monotonic()
         # A final record written during the cut: retried until the new primary takes it.
         late = ReplicaAcks(1, 200)
-        record = client.register_script(_RECORD)
+        record = late_client.register_script(_RECORD)
         retried = asyncio.create_task(
             until_reachable(
-                lambda: late.run(client, record, ["sy:durable"], ["late"]), what="a final record", retry_s=60
+                lambda: late.run(late_client, record, ["sy:durable"], ["late"]), what="a final record", retry_s=60
             )
         )
         await asyncio.sleep(DOWN_AFTER_MS / 1000 + MAX_LAG_S + 4.0)  # promotion on the other side
@@ -134,6 +140,7 @@ def test_a_partitioned_primary_loses_no_acknowledged_write(split: tuple[RedisRep
         stop.set()
         await writer
         await client.aclose()
+        await late_client.aclose()
         with redis.Redis.from_url(new.url) as on_new:
             held = [m.decode() for m in on_new.smembers("sy:durable") | on_new.smembers("sy:plain")]
         return out, cut_at, held

@@ -19,6 +19,7 @@ import pytest
 import redis
 
 from config.redis_client import redis_client, sync_redis_client
+from config.redis_errors import redis_unreachable
 from config.settings import SwitchyardConfig
 from fleet_state.registry import CHANGES_CHANNEL
 from gateway.request_bus import BusMessage, RequestBus
@@ -141,3 +142,41 @@ def test_clients_and_subscribers_follow_a_failover(replica_set: RedisReplicaSet,
     with redis.Redis.from_url(again.url) as old:
         assert wait_until(lambda: old.get("sy:after") == b"2", DEADLINE_S)
     assert replica_set.primary() in [(n.host, n.port) for n in replica_set.nodes[1:]]
+
+
+def test_a_primary_refusing_writes_for_want_of_replicas_sends_clients_back_to_the_sentinels(
+    replica_set: RedisReplicaSet, tmp_path: Path
+) -> None:
+    """Both replicas gone: the primary refuses writes (NOREPLICAS, `min-replicas-to-write 1`).
+    Cut off by a partition, a new primary may already run on the other side: the clients'
+    connections are dropped and the refusal reads as a ConnectionError, so the next connection
+    asks the sentinels again and every caller's retry treats it as Redis unreachable."""
+    config = _config(replica_set, tmp_path)
+    for replica in replica_set.nodes[1:]:
+        replica.kill()
+    refused: list[BaseException] = []
+
+    def write_refused() -> bool:
+        with sync_redis_client(config, "fleet") as client:
+            try:
+                client.set("sy:refused", "1")
+            except redis.ConnectionError as exc:
+                refused.append(exc)
+                return True
+            return False
+
+    assert wait_until(write_refused, DEADLINE_S), "the primary kept taking writes with no replica"
+    assert "asking the sentinels again" in str(refused[-1]) and redis_unreachable(refused[-1])
+
+    async def async_refusal() -> BaseException:
+        client = redis_client(config, "gateway", socket_timeout=2.0, socket_connect_timeout=2.0)
+        try:
+            await client.set("sy:refused", "1")
+        except redis.ConnectionError as exc:
+            return exc
+        finally:
+            await client.aclose()
+        raise AssertionError("the primary took a write with no replica")
+
+    refusal = asyncio.run(async_refusal())
+    assert "asking the sentinels again" in str(refusal) and redis_unreachable(refusal)
