@@ -53,11 +53,13 @@ test: $(STAMP) redis chromium lint
 bench: $(STAMP) redis build
 	$(BIN)/python -m bench
 
-# Chaos under load (docs/chaos.md): 10 minutes by default; `make chaos MINUTES=2 SEED=7`.
+# Chaos under load (docs/chaos.md), then the partition run over network namespaces
+# (docs/network.md): 10 minutes each by default; `make chaos MINUTES=2 SEED=7`.
 MINUTES ?= 10
 SEED    ?= 1
 chaos: $(STAMP) redis build
 	$(BIN)/python -m bench chaos --minutes $(MINUTES) --seed $(SEED)
+	$(BIN)/python -m bench partitions --minutes $(MINUTES) --seed $(SEED)
 
 clean:
 	rm -rf var .mypy_cache .ruff_cache

@@ -19,6 +19,7 @@ from bench import (
     bench_edge,
     bench_grpc_door,
     bench_guided,
+    bench_partitions,
     bench_prefill,
     bench_s1_short_behind_long,
     bench_s2_document_full_server,
@@ -140,6 +141,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["chaos"]:  # its own flags (--minutes, --seed, ...); never part of "all"
         return bench_chaos.main(argv[1:])
+    if argv[:1] == ["partitions"]:  # its own flags (--minutes, --seed, --quick, ...); never part of "all"
+        return bench_partitions.main(argv[1:])
     if argv[:1] == ["guided"] and len(argv) > 1:  # its own flag (--quick)
         return bench_guided.main(argv[1:])
     if argv[:1] == ["serving_overhead"]:  # its own flags (--seconds, --quick, --cap, --label, ...)
@@ -155,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         "names",
         nargs="*",
         help=f"subset of {[*OFFLINE, *LIVE]} (default: all); `chaos [--minutes N --seed S]` and "
+        "`partitions [--minutes N --seed S | --quick]` and "
         "`concurrency [--quick | --max-streams N] [--hold S]` and "
         "`short-request [--requests N | --quick]` and "
         "`serving_overhead [--seconds S | --quick] [--cap N] [--label L]` alone",

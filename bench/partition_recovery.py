@@ -1,0 +1,80 @@
+"""What clients saw of each partition fault, from the recorded histories (one per gateway).
+
+    recovery     from the fault's start to the end of the first call started after it that
+                 completed, on the gateway that took longest (a gateway cut from Redis
+                 recovers only when healed; the other never stopped)
+    after heal   the same, from the heal
+    errors       client errors that ended between the fault's start and HEAL_WINDOW_S after
+                 its heal, on either gateway
+
+and the calls that hung: a call that never ended, or ran past the client's own timeout.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable, Mapping
+
+from bench.chaos_history import CallRecord, Outcome
+from bench.chaos_invariants import Check
+from bench.partition_faults import FaultWindow
+
+HEAL_WINDOW_S = 10.0
+
+
+def _first_ok_end(calls: list[CallRecord], since: float) -> float | None:
+    ends = [c.ended for c in calls if c.outcome is Outcome.OK and c.ended is not None and c.started >= since]
+    return min(ends) if ends else None
+
+
+def _worst(by_gateway: Mapping[str, list[CallRecord]], since: float) -> float | None:
+    ends = [_first_ok_end(calls, since) for calls in by_gateway.values()]
+    if any(end is None for end in ends):
+        return None  # a gateway with no completed call after it: not recovered within the run
+    return max(end for end in ends if end is not None) - since
+
+
+def _stat(values: list[float]) -> tuple[float | None, float | None]:
+    if not values:
+        return None, None
+    return round(statistics.median(values), 2), round(max(values), 2)
+
+
+def fault_rows(by_gateway: Mapping[str, list[CallRecord]], windows: Iterable[FaultWindow]) -> list[dict[str, object]]:
+    """One row per fault kind: how many, hold, errors, recovery and after-heal (p50, max)."""
+    windows = list(windows)
+    errors = [c.ended for calls in by_gateway.values() for c in calls if c.outcome is Outcome.ERROR and c.ended]
+    rows = []
+    for kind in sorted({w.kind for w in windows}):
+        mine = [w for w in windows if w.kind == kind]
+        recovered = [_worst(by_gateway, w.at) for w in mine]
+        after = [_worst(by_gateway, w.healed) for w in mine]
+        p50, worst = _stat([r for r in recovered if r is not None])
+        heal_p50, heal_max = _stat([r for r in after if r is not None])
+        rows.append({
+            "fault": kind, "injected": len(mine),
+            "held_s_p50": round(statistics.median(w.healed - w.at for w in mine), 1),
+            "client_errors": sum(w.at <= e < w.healed + HEAL_WINDOW_S for w in mine for e in errors),
+            "recovery_p50_s": p50, "recovery_max_s": worst, "after_heal_p50_s": heal_p50, "after_heal_max_s": heal_max,
+            "not_recovered": sum(r is None for r in recovered),
+        })  # fmt: skip
+    return rows
+
+
+def no_call_hangs(calls: Iterable[CallRecord], timeout_s: float, run_end: float) -> Check:
+    """Every call ended, none later than `timeout_s` after it started (+1 s of slack for the
+    client's own bookkeeping)."""
+    calls = list(calls)
+    hung = [f"call {c.call_id} ({c.team} {c.kind}) never ended" for c in calls if c.ended is None]
+    hung += [
+        f"call {c.call_id} ({c.team} {c.kind}) took {c.ended - c.started:.1f} s"
+        for c in calls
+        if c.ended is not None and c.ended - c.started > timeout_s + 1.0
+    ]
+    return Check(f"no client call hangs past its {timeout_s:.0f} s timeout", len(calls), tuple(hung))
+
+
+def acked_writes_kept(acked: list[str], held: set[str]) -> Check:
+    """Every write the probe was told was done is on the final primary."""
+    lost = tuple(f"write {w} acknowledged, then lost" for w in acked if w not in held)
+    return Check("no acknowledged write lost", len(acked), lost)
