@@ -92,13 +92,7 @@ class _Reply:
 
     Log-probabilities, when asked (`num_logprobs` alternatives a token), go with their tokens
     in every response (cut with them at a stop string); the prompt's in the one response they
-    arrived for.
-
-    The counts (prompt, cached, completion, discarded) and the finish reason go in the first
-    response and the last: the ones between carry only what changed (text, token ids and their
-    log-probabilities), five tensors fewer to build, relay and read per streamed response. A
-    reader counts the tokens between; the first response's prompt counts are what a gateway
-    bills a reply whose server died before its end."""
+    arrived for."""
 
     text: list[str] = field(default_factory=list)  # unsent text (all of it when not streaming)
     token_ids: list[int] = field(default_factory=list)  # unsent new token ids
@@ -108,7 +102,6 @@ class _Reply:
     num_logprobs: int | None = None  # None: the request did not ask
     logprobs: TokenLogprobs | None = None  # of the unsent token ids
     prompt_logprobs: TokenLogprobs | None = None  # unsent
-    counts_sent: bool = False  # the first response (with the counts) went out
 
     def add(self, text: str, token_ids: Sequence[int], output: RequestOutput) -> None:
         """Queue `text` and the reply's `token_ids` of `output` (all of them but past a stop)."""
@@ -133,16 +126,12 @@ class _Reply:
         outputs = {
             TEXT_OUTPUT.name: TEXT_OUTPUT.array(["".join(self.text)]),
             OUTPUT_TOKEN_IDS.name: OUTPUT_TOKEN_IDS.array(self.token_ids),
+            FINISH_REASON.name: FINISH_REASON.array([finish_reason]),
+            PROMPT_TOKENS.name: PROMPT_TOKENS.array([last.prompt_tokens if last else 0]),
+            CACHED_TOKENS.name: CACHED_TOKENS.array([last.cached_tokens if last else 0]),
+            COMPLETION_TOKENS.name: COMPLETION_TOKENS.array([self.sent_tokens]),
+            DISCARDED_TOKENS.name: DISCARDED_TOKENS.array([max(0, self.engine_tokens - self.sent_tokens)]),
         }
-        if finish_reason or not self.counts_sent:
-            self.counts_sent = True
-            outputs |= {
-                FINISH_REASON.name: FINISH_REASON.array([finish_reason]),
-                PROMPT_TOKENS.name: PROMPT_TOKENS.array([last.prompt_tokens if last else 0]),
-                CACHED_TOKENS.name: CACHED_TOKENS.array([last.cached_tokens if last else 0]),
-                COMPLETION_TOKENS.name: COMPLETION_TOKENS.array([self.sent_tokens]),
-                DISCARDED_TOKENS.name: DISCARDED_TOKENS.array([max(0, self.engine_tokens - self.sent_tokens)]),
-            }
         if self.num_logprobs is not None:
             run = self.logprobs or TokenLogprobs((), (), (), self.num_logprobs)
             outputs.update(logprob_tensors(run, OUTPUT_LOGPROB_TENSORS))

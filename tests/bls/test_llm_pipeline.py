@@ -119,22 +119,6 @@ async def test_streamed_deltas_concatenate_to_the_reply(tokenizer: PromptTokeniz
     assert stages.requests[0].request_id == "r1"
 
 
-async def test_counts_go_in_the_first_response_and_the_last_only(tokenizer: PromptTokenizer) -> None:
-    """The responses between carry what changed (text, token ids): five tensors fewer each."""
-    stages = FakeStages(tokenizer, chunks_of(tokenizer, REPLY, 1))
-    sink = Sink()
-    await LlmPipeline(stages).run("r1", inputs(), sink)
-    sent = [outputs for outputs, _, _ in sink.sent if outputs is not None]
-    assert len(sent) >= 3
-    counts = {"finish_reason", "prompt_tokens", "cached_tokens", "completion_tokens", "discarded_tokens"}
-    first, *between, last = sent
-    assert counts <= set(first) and counts <= set(last)
-    assert int(first["prompt_tokens"][0]) == len(tokenizer.encode_prompt("Hello"))
-    assert first["finish_reason"][0] == b""
-    for outputs in between:
-        assert set(outputs) == {"text_output", "output_token_ids"}
-
-
 async def test_stream_false_sends_one_response(tokenizer: PromptTokenizer) -> None:
     stages = FakeStages(tokenizer, chunks_of(tokenizer, REPLY, 2))
     sink = Sink()
