@@ -47,7 +47,7 @@ unit: $(STAMP)
 integration: $(STAMP) redis chromium
 	$(BIN)/pytest -q -m integration
 
-test: $(STAMP) redis chromium lint
+test: $(STAMP) redis chromium lint build
 	$(BIN)/pytest -q
 
 bench: $(STAMP) redis build

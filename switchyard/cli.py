@@ -63,7 +63,8 @@ def _cmd_build(config: SwitchyardConfig, args: argparse.Namespace) -> int:
             if pool.model_id not in model_ids:
                 continue
             path = fill_repository(config, pool_id)
-            print(f"pool {pool_id}: model repository at {path} (engine model {engine.template})")
+            where = "inside llm" if serving.target == "cpu" and pool.engine_in_process else f"model {engine.template}"
+            print(f"pool {pool_id}: model repository at {path} (engine {where})")
             if serving.target == "trtllm" and serving.trtllm_engine == "legacy":
                 script = write_build_script(config, pool.model_id, pool_plan(config, pool_id))
                 print(f"pool {pool_id}: build its TensorRT engine on a GPU host with {script}")
