@@ -31,11 +31,13 @@ from .conftest import LiveGateway, TritonPool
 
 pytestmark = pytest.mark.integration
 
-# Four leases of ~1,820 tokens fit ONE tiny server (8,192): a request the gateway admits only
-# after the kill (or before it has counted both servers' capacity), against one server's
-# capacity, still fits. With eight (which fit the two servers only) a loaded machine admitted
-# some before the second server's capacity was read, and those got 429.
-STREAMS = 4
+# Eight replies of ~1,820 tokens: the kill must land while the killed server still writes
+# some (with four, the fast in-process engine finished them all first). Eight leases need
+# both servers' KV, so the uninterrupted reference runs REFERENCE_STREAMS at a time, which fit
+# one server (8,192): the first requests after the fixture may be admitted before the gateway
+# has read the second server's capacity (a loaded run got 429 there).
+STREAMS = 8
+REFERENCE_STREAMS = 4
 # Long enough that the kill lands mid-reply however loaded the machine: at 950 tokens a reply
 # took ~1.6 s and on a loaded CI machine all eight ended between the trigger and the kill.
 MAX_TOKENS = 1800
@@ -175,12 +177,13 @@ def test_a_server_killed_mid_reply_costs_the_clients_nothing(fleet: Fleet, live_
     url, headers = live_gateway.url, live_gateway.headers
     prompts = [f"failover story number {i} about a river" for i in range(STREAMS)]
     seeds = [None if i % 2 == 0 else 1000 + i for i in range(STREAMS)]  # half greedy, half seeded sampling
-    with ThreadPoolExecutor(STREAMS) as pool:
+    with ThreadPoolExecutor(REFERENCE_STREAMS) as few:
         reference = list(
-            pool.map(
+            few.map(
                 lambda ps: _stream(url, headers, ps[0], threading.Event(), seed=ps[1]), zip(prompts, seeds, strict=True)
             )
         )
+    with ThreadPoolExecutor(STREAMS) as pool:
         received = {name: _llm_requests(server)[0] for name, server in fleet.servers.items()}
         started = [threading.Event() for _ in prompts]
         futures = [
