@@ -17,10 +17,13 @@ within `redis.connect_timeout_s` (keepalive probes do not run while a command wa
 
 A Sentinel client asks the sentinels where the primary is whenever it opens a connection; a
 connection to a primary that was demoted answers READONLY, which redis-py turns into a
-reconnect. So after a failover a client's next commands reach the new primary without a
-restart; the commands in flight while it happens fail with a `ConnectionError`, as they would
-if a single Redis restarted (docs/redis.md). Each component logs in to the sentinels with its
-own user and password (the sentinels' ACL grants SENTINEL queries only).
+reconnect, and a primary refusing writes for want of replicas (NOREPLICAS) or no longer the
+one the sentinels name (checked every `redis.primary_check_s`) does too
+(config/sentinel_primary.py: a partition's split brain). So after a failover a client's next
+commands reach the new primary without a restart; the commands in flight while it happens
+fail with a `ConnectionError`, as they would if a single Redis restarted (docs/redis.md).
+Each component logs in to the sentinels with its own user and password (the sentinels' ACL
+grants SENTINEL queries only).
 
 `options` are a call site's own connection settings (socket timeouts, `decode_responses`,
 a pool size for a client of its own, ...), passed on as they are; the socket timeouts also
@@ -38,58 +41,20 @@ import redis.asyncio.sentinel
 import redis.sentinel
 
 from config.internal_secrets import RedisComponent
-from config.redis_errors import refused_for_replicas
 from config.redis_settings import RedisSpec
+from config.sentinel_primary import (
+    PrimaryConnection,
+    PrimaryPool,
+    PrimarySSLConnection,
+    SyncPrimaryConnection,
+    SyncPrimarySSLConnection,
+)
 from config.settings import SwitchyardConfig
 
 # Connection settings that also bound a query to a sentinel.
 _SENTINEL_SOCKET_OPTIONS = ("socket_timeout", "socket_connect_timeout", "socket_keepalive", "socket_keepalive_options")
 _KEEPALIVE_INTERVAL_S = 1
 _KEEPALIVE_PROBES = 3
-
-
-class _BlockingSentinelPool(redis.asyncio.sentinel.SentinelConnectionPool, redis.asyncio.BlockingConnectionPool):
-    """The primary's connections through the sentinels, bounded and waiting like
-    BlockingConnectionPool (redis-py has no such pool of its own)."""
-
-
-class _PrimaryConnection(redis.asyncio.sentinel.SentinelManagedConnection):
-    """A connection to the primary the sentinels named that asks them again when that primary
-    refuses writes for want of replicas (NOREPLICAS): cut off from its replicas and sentinels,
-    it may already have been replaced on the other side of a partition. redis-py does this for
-    READONLY (a demoted primary) but not for NOREPLICAS: the gateways kept writing to the old
-    primary, refused, until the partition healed (`bench partitions`' split brain: 20.6 s of
-    failures, the new primary elected at 7.2 s). As a ConnectionError, the caller retries."""
-
-    async def read_response(self, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return await super().read_response(*args, **kwargs)
-        except redis.ResponseError as exc:
-            if not (self.connection_pool.is_master and refused_for_replicas(exc)):
-                raise
-            await self.disconnect()
-            raise redis.ConnectionError(f"the primary refuses writes ({exc}): asking the sentinels again") from exc
-
-
-class _PrimarySSLConnection(_PrimaryConnection, redis.asyncio.SSLConnection):
-    pass
-
-
-class _SyncPrimaryConnection(redis.sentinel.SentinelManagedConnection):
-    """`_PrimaryConnection` for the blocking clients."""
-
-    def read_response(self, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return super().read_response(*args, **kwargs)
-        except redis.ResponseError as exc:
-            if not (self.connection_pool.is_master and refused_for_replicas(exc)):
-                raise
-            self.disconnect()  # type: ignore[no-untyped-call]
-            raise redis.ConnectionError(f"the primary refuses writes ({exc}): asking the sentinels again") from exc
-
-
-class _SyncPrimarySSLConnection(_SyncPrimaryConnection, redis.SSLConnection):
-    pass
 
 
 def connection_settings(spec: RedisSpec) -> dict[str, Any]:
@@ -124,9 +89,12 @@ def redis_client(config: SwitchyardConfig, component: RedisComponent, **options:
     sentinel = redis.asyncio.Sentinel(  # type: ignore[no-untyped-call]  # redis-py's own hints
         [(s.host, s.port) for s in spec.sentinels], sentinel_kwargs=sentinel_options, **connection
     )
-    connection_class = _PrimarySSLConnection if connection.get("ssl") else _PrimaryConnection
+    connection_class = PrimarySSLConnection if connection.get("ssl") else PrimaryConnection
     client: redis.asyncio.Redis = sentinel.master_for(
-        spec.master_name, connection_pool_class=_BlockingSentinelPool, connection_class=connection_class
+        spec.master_name,
+        connection_pool_class=PrimaryPool,
+        connection_class=connection_class,
+        check_s=spec.primary_check_s,
     )
     return client
 
@@ -142,7 +110,7 @@ def sync_redis_client(config: SwitchyardConfig, component: RedisComponent, **opt
     sentinel = redis.Sentinel(  # type: ignore[no-untyped-call]  # redis-py's own hints
         [(s.host, s.port) for s in spec.sentinels], sentinel_kwargs=sentinel_options, **connection
     )
-    connection_class = _SyncPrimarySSLConnection if connection.get("ssl") else _SyncPrimaryConnection
+    connection_class = SyncPrimarySSLConnection if connection.get("ssl") else SyncPrimaryConnection
     client: redis.Redis = sentinel.master_for(  # type: ignore[no-untyped-call]
         spec.master_name, connection_class=connection_class
     )

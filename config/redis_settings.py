@@ -68,6 +68,10 @@ class RedisSpec(_Strict):
     # replicas. Each component logs in to them as its own user, with its own password.
     sentinels: tuple[SentinelAddress, ...] = ()
     master_name: str = "switchyard"
+    # How often each client asks the sentinels whether its connections still go to the
+    # primary (config/sentinel_primary.py): a client that only reads learns of a primary
+    # replaced behind a partition within this. 0: only when a write is refused.
+    primary_check_s: Annotated[float, Field(ge=0, le=60)] = 1.0
     # The writes a failover must not lose (a request id's claim and end, usage) wait until
     # this many replicas hold them (WAIT), for at most `replica_ack_timeout_ms` each
     # (config/replica_acks.py). None: 1 in sentinel mode, 0 with one address.
