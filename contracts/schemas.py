@@ -137,6 +137,9 @@ class PoolStatus(BaseModel):
 class ReadinessBody(BaseModel):
     status: Literal["ready", "not_ready"]
     pools: list[PoolStatus]
+    # A gateway that cannot reach Redis can admit nothing (keys, leases, request records):
+    # not ready, so a load balancer sends its clients to the others (a host cut from Redis).
+    redis: Literal["reachable", "unreachable"] = "reachable"
 
 
 # OpenAI's error types, by status in contracts/errors.py.

@@ -162,7 +162,9 @@ def create_app(
             intake = BatchIntake(loaded, redis_client, LocalBlobStore(loaded.blob_path), models, templates)
             servers = ServerRegistry(redis_client, loaded.fleet.dead_after_s)
             open_console(app, loaded, redis_client, keys, source)  # its reads: the same stores
-            app.state.services = Services(loaded, models, backend, registry, generation, admission, intake, servers)
+            app.state.services = Services(
+                loaded, models, backend, registry, generation, admission, intake, servers, redis_client
+            )
             door = contextlib.AsyncExitStack()  # closed first: its calls end before what they use
             if settings.grpc_port is not None:  # the gRPC front door, on this worker's services
                 from gateway.grpc_door.server import serving_door  # tritonclient is heavy: only here

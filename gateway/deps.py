@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated
 
+import redis.asyncio as aioredis
 from fastapi import Depends, Request
 
 from bulk.intake import BatchIntake
@@ -37,6 +38,7 @@ class Services:
     admission: Admission
     intake: BatchIntake
     servers: ServerRegistry
+    redis: aioredis.Redis  # the worker's short-command client (readiness pings it)
 
 
 async def get_settings(request: Request) -> GatewaySettings:

@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
+import redis.asyncio
 from fastapi import FastAPI
 from prometheus_client.parser import text_string_to_metric_families
 
 from contracts.generation import PoolReadiness
 from gateway.app import create_app
+from server_host.ports import free_ports
 
 
 async def test_healthz(client: httpx.AsyncClient) -> None:
@@ -30,6 +33,7 @@ async def test_readyz_when_every_pool_is_ready(client: httpx.AsyncClient) -> Non
             {"pool_id": "small", "model_id": "small", "ready": True, "detail": ""},
             {"pool_id": "large", "model_id": "large", "ready": True, "detail": ""},
         ],
+        "redis": "reachable",
     }
 
 
@@ -45,6 +49,20 @@ async def test_readyz_is_503_naming_the_pool_that_is_not(client: httpx.AsyncClie
         "ready": False,
         "detail": "model 'llm' not loaded",
     }
+
+
+async def test_readyz_is_503_when_redis_does_not_answer(client: httpx.AsyncClient, app: FastAPI) -> None:
+    """A gateway cut from Redis admits nothing: its load balancer must send clients elsewhere."""
+    services = app.state.services
+    silent = redis.asyncio.Redis(port=free_ports(1)[0], socket_connect_timeout=0.5)  # nothing listens
+    app.state.services = dataclasses.replace(services, redis=silent)
+    try:
+        response = await client.get("/readyz")
+    finally:
+        app.state.services = services
+        await silent.aclose()
+    assert response.status_code == 503
+    assert (response.json()["status"], response.json()["redis"]) == ("not_ready", "unreachable")
 
 
 async def test_readyz_with_no_pools_is_not_ready(client: httpx.AsyncClient, backend: Any) -> None:
