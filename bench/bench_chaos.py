@@ -11,7 +11,7 @@ check from the recorded history that nothing was lost, nothing ran twice and usa
             --batch-max-tokens, a deadline of the run's length + BATCH_GRACE_MIN: what has not
             run by then expires)
     faults  seeded (--seed): every kind of bench.chaos_faults in rounds, one every
-            60 / --faults-per-minute seconds
+            60 / --faults-per-minute seconds (--faults: only the kinds named)
     then    batches to a final status, the invariants (bench.chaos_invariants) one by one,
             the stack stopped and checked for leftovers; history in var/chaos/history.jsonl,
             results in bench/results/chaos.json
@@ -107,6 +107,11 @@ async def _load_phase(
             await chaos_batches.submit(client, batch, f"{int(args.minutes) + BATCH_GRACE_MIN}m")
     run_s = args.minutes * 60
     injector = FaultInjector(stack, history, args.seed, ("gamma", teams["gamma"]))
+    if args.faults:
+        unknown = set(args.faults) - set(injector.kinds)
+        if unknown:
+            raise SystemExit(f"chaos: no such fault here: {', '.join(sorted(unknown))} (of {', '.join(injector.kinds)})")
+        injector.kinds = tuple(args.faults)
     count = max(1, int(args.minutes * args.faults_per_minute))
     stop = asyncio.Event()
     load = InteractiveLoad(url, history, args.seed, LoadShape(think_s=args.think_s))
@@ -261,6 +266,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--rerun-sample", type=int, default=None, help="done entries rerun per batch (default: every one)"
     )
+    parser.add_argument(
+        "--faults", type=lambda text: [k for k in text.split(",") if k], default=None,
+        help="only these fault kinds, comma-separated (default: every kind)",
+    )  # fmt: skip
     parser.add_argument("--large", action="store_true", help="the second pool runs the large model")
     parser.add_argument("--single-redis", action="store_true", help="one redis-server, no replica or sentinels")
     return parser.parse_args(argv)
