@@ -110,7 +110,8 @@ async def _load_phase(
     if args.faults:
         unknown = set(args.faults) - set(injector.kinds)
         if unknown:
-            raise SystemExit(f"chaos: no such fault here: {', '.join(sorted(unknown))} (of {', '.join(injector.kinds)})")
+            known = ", ".join(injector.kinds)
+            raise SystemExit(f"chaos: no such fault here: {', '.join(sorted(unknown))} (of {known})")
         injector.kinds = tuple(args.faults)
     count = max(1, int(args.minutes * args.faults_per_minute))
     stop = asyncio.Event()

@@ -7,8 +7,9 @@ its timeout, recovery per fault kind as clients saw it, and no acknowledged writ
             hosts, two server hosts (copy k of both pools on srv k+1, self-registered), a
             control host (the dispatcher), three Redis hosts (a primary and two replicas) and
             a sentinel host (bench.partition_stack); the clients in the root namespace
-    load    per gateway, three teams' closed-loop clients (bench.chaos_load); one batch per
-            team, submitted through the gateways in turn; a write probe on gw1 counting the
+    load    per gateway, three teams' closed-loop clients (bench.chaos_load) and one long
+            reply after another on each pool (every fault finds streams mid-reply); one batch
+            per team, submitted through the gateways in turn; a write probe on gw1 counting the
             durable writes it was told were done (bench.partition_probe)
     faults  seeded rounds of every kind of bench.partition_faults, one every
             60 / --faults-per-minute seconds, each held --hold-s
@@ -84,6 +85,7 @@ async def _load_phase(
         for i, role in enumerate(GATEWAY_HOSTS)
     ]
     tasks = [asyncio.create_task(load.run(clients, stop)) for load in loads]
+    tasks += [asyncio.create_task(load.run_long(clients[0], stop)) for load in loads]
     tasks.append(asyncio.create_task(faults.run(faults.schedule(count), run_s / (count + 1), stop)))
     tasks.append(asyncio.create_task(_revive(stack, stop)))
     await asyncio.sleep(run_s)

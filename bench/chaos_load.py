@@ -8,6 +8,8 @@ mix, every kind of call a team makes, each recorded in the history from start to
     cancel       streamed with a request_id, DELETE after its first delta
     disconnect   streamed, the client hangs up after two deltas
     openai       the official SDK: /v1/completions or /v1/chat/completions, whole
+    long         (`run_long`, the partition run) streamed replies of LONG_TOKENS back to back, so
+                 a fault always finds replies mid-stream
 
 Every call is greedy (temperature 0) with a short `max_tokens`, so the CPU engine keeps up on
 two cores; a client pauses `think_s` between calls.
@@ -26,6 +28,7 @@ import openai
 from bench.chaos_history import CallRecord, History, Outcome, retryable_error
 
 KINDS = ("stream", "whole", "stream-id", "cancel", "disconnect", "openai")
+LONG_TOKENS = 240
 WEIGHTS = (3, 2, 3, 1, 1, 2)
 
 
@@ -57,6 +60,28 @@ class InteractiveLoad:
     async def run(self, teams: list[TeamClient], stop: asyncio.Event) -> None:
         async with httpx.AsyncClient(base_url=self._url, timeout=self._shape.call_timeout_s) as http:
             await asyncio.gather(*(self._client(http, team, i, stop) for i, team in enumerate(teams)))
+
+    async def run_long(self, team: TeamClient, stop: asyncio.Event) -> None:
+        """One client per model of `team` streaming LONG_TOKENS-token replies back to back until
+        `stop`: whatever a fault hits, some reply is mid-stream (the failover time a client sees)."""
+
+        async def one_model(http: httpx.AsyncClient, model: str) -> None:
+            n = 0
+            while not stop.is_set():
+                n += 1
+                body: dict[str, object] = {
+                    "model": model, "prompt": f"{team.team} long {n}: the {WORDS[n % len(WORDS)]} and the sea",
+                    "max_tokens": LONG_TOKENS, "temperature": 0.0,
+                }  # fmt: skip
+                call = self._history.start_call(team.team, "long", body)
+                try:
+                    await self.stream(http, team.headers, body, call)
+                except Exception as exc:  # a bench bug must not stop the load: it shows in the history
+                    self._history.end_call(call, Outcome.ERROR, error=f"client bug: {exc!r}")
+                    await asyncio.sleep(self._shape.think_s)
+
+        async with httpx.AsyncClient(base_url=self._url, timeout=self._shape.call_timeout_s) as http:
+            await asyncio.gather(*(one_model(http, model) for model in team.models))
 
     async def _client(self, http: httpx.AsyncClient, team: TeamClient, index: int, stop: asyncio.Event) -> None:
         rng = random.Random(self._seed * 1000 + index)

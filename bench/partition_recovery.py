@@ -4,14 +4,23 @@
                  completed, on the gateway that took longest (a gateway cut from Redis
                  recovers only when healed; the other never stopped)
     after heal   the same, from the heal
+    any gateway  the same on whichever gateway completed a call first: what a client behind a
+                 load balancer saw (a gateway cut from Redis says so on /readyz, and the
+                 balancer sends its clients to the other)
     errors       client errors that ended between the fault's start and HEAL_WINDOW_S after
                  its heal, on either gateway
+    stall        of the calls that were streaming when the fault began and completed, the
+                 silence each saw across the fault's start (from its last event before to
+                 its first after): a stream on a server whose link went down waits for the
+                 gateway to notice and fail over, the others not at all. Reported as the
+                 count over STALL_S and the max (the failover time a client saw)
 
 and the calls that hung: a call that never ended, or ran past the client's own timeout.
 """
 
 from __future__ import annotations
 
+import itertools
 import statistics
 from collections.abc import Iterable, Mapping
 
@@ -20,6 +29,7 @@ from bench.chaos_invariants import Check
 from bench.partition_faults import FaultWindow
 
 HEAL_WINDOW_S = 10.0
+STALL_S = 1.0  # a silence this long mid-stream is a stall (a token every ~60 ms otherwise)
 
 
 def _first_ok_end(calls: list[CallRecord], since: float) -> float | None:
@@ -32,6 +42,27 @@ def _worst(by_gateway: Mapping[str, list[CallRecord]], since: float) -> float | 
     if any(end is None for end in ends):
         return None  # a gateway with no completed call after it: not recovered within the run
     return max(end for end in ends if end is not None) - since
+
+
+def _stalls(calls: Iterable[CallRecord], at: float) -> list[float]:
+    """The silence across `at` of each completed call streaming at that moment."""
+    gaps = []
+    for call in calls:
+        if (
+            call.outcome is not Outcome.OK
+            or call.ended is None
+            or not call.events
+            or not call.started < at < call.ended
+        ):
+            continue
+        moments = [call.started, *(t for t, _ in call.events), call.ended]
+        gaps += [after - before for before, after in itertools.pairwise(moments) if before <= at < after]
+    return gaps
+
+
+def _first(by_gateway: Mapping[str, list[CallRecord]], since: float) -> float | None:
+    ends = [end for calls in by_gateway.values() if (end := _first_ok_end(calls, since)) is not None]
+    return min(ends) - since if ends else None
 
 
 def _stat(values: list[float]) -> tuple[float | None, float | None]:
@@ -50,13 +81,17 @@ def fault_rows(by_gateway: Mapping[str, list[CallRecord]], windows: Iterable[Fau
         recovered = [_worst(by_gateway, w.at) for w in mine]
         after = [_worst(by_gateway, w.healed) for w in mine]
         p50, worst = _stat([r for r in recovered if r is not None])
+        _, any_max = _stat([r for w in mine if (r := _first(by_gateway, w.at)) is not None])
+        stalls = [gap for w in mine for calls in by_gateway.values() for gap in _stalls(calls, w.at)]
         heal_p50, heal_max = _stat([r for r in after if r is not None])
         rows.append({
             "fault": kind, "injected": len(mine),
             "held_s_p50": round(statistics.median(w.healed - w.at for w in mine), 1),
             "client_errors": sum(w.at <= e < w.healed + HEAL_WINDOW_S for w in mine for e in errors),
             "recovery_p50_s": p50, "recovery_max_s": worst, "after_heal_p50_s": heal_p50, "after_heal_max_s": heal_max,
-            "not_recovered": sum(r is None for r in recovered),
+            "not_recovered": sum(r is None for r in recovered), "any_gateway_max_s": any_max,
+            "streams_at_fault": len(stalls), "stalled_over_1s": sum(g > STALL_S for g in stalls),
+            "stall_max_s": round(max(stalls), 2) if stalls else None,
         })  # fmt: skip
     return rows
 
