@@ -30,7 +30,14 @@ import redis
 from config.settings import SwitchyardConfig
 from contracts.catalog import ModelCatalog, ServedModel
 from contracts.errors import ApiError, invalid_request, model_not_found, request_conflict
-from contracts.generation import BackendError, GenerationDelta, GenerationRequest, RequestClass, Usage
+from contracts.generation import (
+    BackendError,
+    BackendUnavailable,
+    GenerationDelta,
+    GenerationRequest,
+    RequestClass,
+    Usage,
+)
 from contracts.guided_grammar import GrammarChecker
 from contracts.latency_log import LatencyLog
 from contracts.prompt_context import check_context, encode_prompt
@@ -334,6 +341,14 @@ class GenerationService:
             raise BackendError(f"{exc}; the gateway running it is gone: retry with a new request_id") from None
         except RecordGone as exc:
             raise RequestEnded(str(exc)) from None
+        except redis.RedisError as exc:
+            # Redis failed over (or this process lost it) while following: the reply is not
+            # over, and ending it as if it were would hand the client an empty 200 (a partition
+            # run's batch entry recorded done with no text). The retry the 503 invites, with
+            # the same id, follows it again or finds its result.
+            raise BackendUnavailable(
+                f"lost Redis while following request {public_id!r} ({exc}): retry with the same request_id", 1
+            ) from None
 
 
 async def _stored(result: dict[str, Any], seen: int) -> AsyncIterator[GenerationDelta]:

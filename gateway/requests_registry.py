@@ -201,6 +201,9 @@ class RequestRegistry:
                         break
             except BackendError as exc:
                 entry.finish(error=exc)
+            except Exception as exc:  # never an empty "aborted" reply for a source that broke
+                logger.exception("following %s failed", request_id)
+                entry.finish(error=BackendError(f"following the request failed: {exc!r}"))
             finally:
                 entry.finish(stop_reason=entry.stop_reason or "aborted")
 

@@ -5,7 +5,7 @@ result, and another body under the same id is 409. FakeBackend and a real Redis.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +14,7 @@ import redis
 from fastapi import FastAPI
 
 from contracts.generation import BackendError
+from gateway.idempotency import Claim, ClaimState
 
 PROMPT = "the quick brown fox"
 BODY: dict[str, Any] = {"model": "small", "prompt": PROMPT, "max_tokens": 9}
@@ -124,4 +125,29 @@ async def test_a_model_no_pool_serves_is_503_and_claims_no_id(
             assert "no pool serves model 'spare'" in reply.json()["error"]["message"]
             with redis.Redis.from_url(redis_url) as r:
                 assert r.exists("sy:req:alpha:orphan") == 0
+    assert backend.requests == []
+
+
+async def test_a_repeat_that_loses_redis_while_following_is_a_503_not_an_empty_reply(
+    client: httpx.AsyncClient, app: FastAPI, backend: Any, monkeypatch: Any
+) -> None:
+    """The partition run found batch entries recorded done with no text: a repeat attached to
+    a generation, Redis failed over under its follow, and the reply ended `aborted` with a
+    200. Not over is not done: a 503 the caller retries with the same id."""
+    idempotency = app.state.services.generation._idempotency
+
+    async def running(*_: Any) -> Claim:  # another process generates it
+        return Claim(ClaimState.RUNNING)
+
+    async def lost_redis(*_: Any, **__: Any) -> AsyncIterator[Any]:
+        raise redis.ConnectionError("Connection closed by server.")
+        yield  # an async generator, as follow is
+
+    monkeypatch.setattr(idempotency, "claim", running)
+    monkeypatch.setattr(idempotency, "follow", lost_redis)
+    whole = await client.post("/v1/generate", json={**BODY, "request_id": "followed"})
+    assert whole.status_code == 503, whole.text
+    assert whole.headers["Retry-After"] == "1"
+    streamed = await client.post("/v1/generate", json={**BODY, "request_id": "followed", "stream": True})
+    assert streamed.status_code == 503 and "retry with the same request_id" in streamed.text
     assert backend.requests == []
