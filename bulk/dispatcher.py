@@ -45,6 +45,7 @@ from bulk.pool_loads import PoolLoadSource
 from bulk.release_policy import Candidate, DeadlineRisk, ReleaseOrder, RoomPolicy
 from bulk.results import EntryResult, Outcome, ResultStore, output_record
 from bulk.retention import Retention, RetentionPolicy
+from config.replica_acks import ReplicaAcks
 from config.settings import SwitchyardConfig
 from contracts.catalog import ModelCatalog
 from contracts.chat_template import ChatTemplates
@@ -94,7 +95,7 @@ class Dispatcher:
         self.metrics = metrics if metrics is not None else DispatcherMetrics()
         self.batches = BatchStore(client)
         self.queue = ChunkQueue(client, consumer)
-        self.results = ResultStore(client, blobs)
+        self.results = ResultStore(client, blobs, ReplicaAcks.from_settings(config.redis))
         files = FileStore(client)
         policy = RetentionPolicy.from_spec(self._bulk)
         self.retention = Retention(client, blobs, files, self.batches, policy, clock=clock)

@@ -7,6 +7,8 @@ A dispatcher collects results for a second or so, then:
     2. marks them in one Lua script           sy:batch:{id}:marks     hash  line -> segment
                                               sy:batch:{id}:segments  list  segments that hold marks
        HSETNX: the first segment to mark a line owns it; its outcome's count goes up once.
+       In sentinel mode the mark waits for a replica (config/replica_acks.py): one a failover
+       could drop is not acknowledged, and the results are written again.
 
 A dispatcher that dies before 2 leaves an unlisted segment nobody reads; its entries were not
 marked, so whoever reclaims their chunk runs them again. Two dispatchers that both ran an entry
@@ -28,6 +30,7 @@ import redis.asyncio as aioredis
 
 from bulk.batch_store import batch_key
 from bulk.blob_store import BlobStore, BlobWriter
+from config.replica_acks import ReplicaAcks
 
 
 class Outcome(str, enum.Enum):
@@ -129,10 +132,14 @@ class Marked:
 class ResultStore:
     """Writes, marks, reads and compacts a batch's results."""
 
-    def __init__(self, client: aioredis.Redis, blobs: BlobStore) -> None:
+    def __init__(self, client: aioredis.Redis, blobs: BlobStore, acks: ReplicaAcks | None = None) -> None:
         self._redis = client
         self._blobs = blobs
         self._mark = client.register_script(_MARK)
+        # In sentinel mode a mark counts once a replica holds it: the dispatcher acknowledges a
+        # chunk when every line of it is marked, and a mark a failover dropped would leave its
+        # line never run (the partition run: entries with no end, batches never finished).
+        self._acks = acks if acks is not None else ReplicaAcks(0, 1)
 
     async def write(self, batch_id: str, segment: str, results: Sequence[EntryResult], now: float) -> Marked:
         """Store `results` as segment `segment` (a name unique to this writer), then mark them."""
@@ -140,9 +147,8 @@ class ResultStore:
             data = "".join(f"{r.line}\t{r.outcome.value}\t{json.dumps(r.record)}\n" for r in results)
             await self._blobs.put(_segment_blob(batch_id, segment), data.encode())
         pairs = [value for r in results for value in (r.line, r.outcome.value)]
-        reply: list[Any] = await self._mark(
-            keys=[_marks_key(batch_id), batch_key(batch_id), _segments_key(batch_id)], args=[segment, now, *pairs]
-        )
+        keys = [_marks_key(batch_id), batch_key(batch_id), _segments_key(batch_id)]
+        reply: list[Any] = await self._acks.run(self._redis, self._mark, keys, [segment, now, *pairs])
         return Marked(frozenset(int(line) for line in reply[:-1]), bool(int(reply[-1])))
 
     async def settle(self, batch_id: str, now: float) -> bool:

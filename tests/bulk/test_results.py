@@ -25,6 +25,8 @@ from bulk.results import (
     output_record,
     results_key,
 )
+from config.redis_errors import NotReplicated
+from config.replica_acks import ReplicaAcks
 
 BATCH = "batch_r1"
 ALL = frozenset(Outcome)
@@ -356,3 +358,21 @@ async def test_drop_segments_removes_marks_and_segment_blobs(
     for key in (input_key(BATCH), results_key(BATCH), errors_key(BATCH)):
         assert await blobs.size(key) is not None
     assert (await _get(batches)).done == 2
+
+
+async def test_a_mark_no_replica_holds_is_not_acknowledged(
+    client: aioredis.Redis, blobs: LocalBlobStore, batches: BatchStore
+) -> None:
+    """In sentinel mode a mark waits for a replica: one a failover could drop raises
+    NotReplicated (the dispatcher writes the results again and acks no chunk), so a line is
+    never left unrun behind a chunk acknowledged on the strength of a lost mark. This Redis has
+    no replica: every such mark is refused."""
+    await _create(batches, total=2)
+    durable = ResultStore(client, blobs, ReplicaAcks(1, 20))
+    with pytest.raises(NotReplicated):
+        await durable.write(BATCH, "a-1", [_result(1, Outcome.DONE, "a")], 5.0)
+    # It ran on the primary all the same (NotReplicated is "not durable", not "not done"): with
+    # no replica to wait for (one Redis, as `make up` runs it) the next mark counts, and ends
+    # the batch.
+    marked = await ResultStore(client, blobs).write(BATCH, "a-2", [_result(2, Outcome.DONE, "a")], 6.0)
+    assert marked == Marked(frozenset({2}), finalizing=True)
