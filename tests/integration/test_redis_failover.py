@@ -20,12 +20,13 @@ import redis
 
 from config.redis_client import redis_client, sync_redis_client
 from config.redis_errors import redis_unreachable
-from config.settings import SwitchyardConfig
 from fleet_state.registry import CHANGES_CHANNEL
 from gateway.request_bus import BusMessage, RequestBus
 from server_host.ports import free_ports
 from server_host.process import wait_until
 from stack.redis_sentinel import RedisReplicaSet
+
+from .replica_config import replica_set_config
 
 pytestmark = pytest.mark.integration
 
@@ -51,18 +52,6 @@ def replica_set(tmp_path: Path) -> Iterator[RedisReplicaSet]:
         replicas.stop()
 
 
-def _config(replicas: RedisReplicaSet, root: Path) -> SwitchyardConfig:
-    return SwitchyardConfig.model_validate(
-        {
-            "root": root,
-            "models": {"m": {"weights_uri": "m", "max_context_tokens": 64}},
-            "pools": {"m": {"model_id": "m", "ports": {"http": 9101, "grpc": 9102, "metrics": 9103}}},
-            "redis": replicas.redis_settings(),
-            "secrets_dir": str(root / "secrets"),
-        }
-    )
-
-
 def test_sentinels_admit_components_for_queries_only(replica_set: RedisReplicaSet, tmp_path: Path) -> None:
     sentinel = replica_set.sentinels[0]
     password = replica_set.nodes[0].secrets.redis_passwords["gateway"]
@@ -72,12 +61,12 @@ def test_sentinels_admit_components_for_queries_only(replica_set: RedisReplicaSe
             client.sentinel_failover(replica_set.master_name)  # type: ignore[no-untyped-call]
     with redis.Redis(host=sentinel.host, port=sentinel.port) as anonymous, pytest.raises(redis.AuthenticationError):
         anonymous.sentinel_masters()
-    with sync_redis_client(_config(replica_set, tmp_path), "gateway") as client:
+    with sync_redis_client(replica_set_config(replica_set, tmp_path), "gateway") as client:
         assert client.acl_whoami() == "gateway"
 
 
 def test_clients_and_subscribers_follow_a_failover(replica_set: RedisReplicaSet, tmp_path: Path) -> None:
-    config = _config(replica_set, tmp_path)
+    config = replica_set_config(replica_set, tmp_path)
     first = replica_set.nodes[0]
     assert replica_set.primary() == (first.host, first.port)
     with sync_redis_client(config, "fleet") as fleet:
@@ -152,7 +141,7 @@ def test_a_primary_refusing_writes_for_want_of_replicas_sends_clients_back_to_th
     Cut off by a partition, a new primary may already run on the other side: the clients'
     connections are dropped and the refusal reads as a ConnectionError, so the next connection
     asks the sentinels again and every caller's retry treats it as Redis unreachable."""
-    config = _config(replica_set, tmp_path)
+    config = replica_set_config(replica_set, tmp_path)
     for replica in replica_set.nodes[1:]:
         replica.kill()
     refused: list[BaseException] = []

@@ -5,11 +5,12 @@
       ├─ redis1/2    its replicas                      │ routes: no FIN, no RST; the client
       └─ sentinels   three, quorum 2                   ╯ still reaches both sides
 
-The sentinels promote a replica (two: the promoted one has one to write with); redis0, out of their reach, is never told, stays a primary of its
-own and goes on answering reads with what it held at the cut. A pool that only reads (the
-router's server directory) and a subscription (the request bus) must move to redis1 within
-seconds of the promotion, not at the heal: `bench partitions`' split brain showed a gateway's
-pool full for 20 s while it read the old primary's aging heartbeats.
+The sentinels promote a replica (two: the promoted one has one to write with); redis0, out of
+their reach, is never told, stays a primary of its own and goes on answering reads with what
+it held at the cut. A pool that only reads (the router's server directory) and a subscription
+(the request bus) must move to the new primary within seconds of the promotion, not at the
+heal: `bench partitions`' split brain showed a gateway's pool full for 20 s while it read the
+old primary's aging heartbeats.
 """
 
 from __future__ import annotations
@@ -24,11 +25,12 @@ import redis
 
 from bench.netns_hosts import BridgedNetwork, NamespacesUnavailable, bridged_hosts
 from config.redis_client import redis_client
-from config.settings import SwitchyardConfig
 from gateway.request_bus import CHANNEL, BusMessage, RequestBus
 from server_host.ports import free_ports
 from server_host.process import wait_until
 from stack.redis_sentinel import Placement, RedisReplicaSet
+
+from .replica_config import replica_set_config
 
 pytestmark = pytest.mark.integration
 
@@ -58,24 +60,12 @@ def split_set(tmp_path: Path) -> Iterator[tuple[RedisReplicaSet, BridgedNetwork]
         pytest.skip(f"no network namespaces here: {exc}")
 
 
-def _config(replicas: RedisReplicaSet, root: Path) -> SwitchyardConfig:
-    return SwitchyardConfig.model_validate(
-        {
-            "root": root,
-            "models": {"m": {"weights_uri": "m", "max_context_tokens": 64}},
-            "pools": {"m": {"model_id": "m", "ports": {"http": 9101, "grpc": 9102, "metrics": 9103}}},
-            "redis": replicas.redis_settings(),
-            "secrets_dir": str(root / "secrets"),
-        }
-    )
-
-
 def test_readers_and_subscribers_leave_a_primary_replaced_behind_a_partition(
     split_set: tuple[RedisReplicaSet, BridgedNetwork], tmp_path: Path
 ) -> None:
     replicas, net = split_set
     old = replicas.nodes[0]
-    config = _config(replicas, tmp_path)
+    config = replica_set_config(replicas, tmp_path)
     admin = old.secrets.redis_passwords["admin"]
 
     async def scenario() -> tuple[float, float]:
