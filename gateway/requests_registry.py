@@ -76,6 +76,9 @@ class InflightRequest:
         # Connections reading this request (a repeat of its id attaches as one more): a
         # disconnect cancels the request only when it was the last reader.
         self.readers = 0
+        # Someone asked to stop it (DELETE, the last reader gone): a stream that fails after
+        # that ends as the cancel asked, not as a failure to retry.
+        self.cancel_requested = False
 
     @property
     def request_id(self) -> str:
@@ -220,6 +223,7 @@ class RequestRegistry:
         task = self._tasks.get(request_id)
         if entry is None or task is None:
             return None
+        entry.cancel_requested = True
         if not await self._backend.cancel(request_id):
             task.cancel()
         await asyncio.wait({task}, timeout=self._cancel_grace_s)
@@ -283,6 +287,11 @@ class RequestRegistry:
 
     def _on_pump_done(self, entry: InflightRequest, task: asyncio.Task[None]) -> None:
         if task.cancelled():
+            entry.finish(stop_reason="cancelled")
+        elif entry.cancel_requested and isinstance(task.exception(), BackendError):
+            # The stream broke while its cancel was on the way (a link cut, say): the client
+            # asked it to stop and it stopped. Recorded as an error, a retry with its id would
+            # replay the failure (the partition run: a DELETE racing a flapping link).
             entry.finish(stop_reason="cancelled")
         elif (exc := task.exception()) is not None:
             if not isinstance(exc, BackendError):

@@ -78,6 +78,7 @@ class FakeBackend:
         self.delay_s = 0.0
         self.error_after: int | None = None  # raise `error` after this many deltas
         self.error: BackendError = BackendError("engine failed")
+        self.fail_on_cancel = False  # a held stream raises `error` when cancelled (its link broke)
         self.pools = [PoolReadiness("small", "small", True), PoolReadiness("large", "large", True)]
         self.requests: list[GenerationRequest] = []
         self.cancel_calls: list[str] = []
@@ -98,6 +99,8 @@ class FakeBackend:
                     await first_of(cancelled, self.resume)
                     if cancelled.is_set():
                         ended = True
+                        if self.fail_on_cancel:
+                            raise self.error
                         yield GenerationDelta(finish_reason="cancelled")
                         return
                 if self.delay_s:

@@ -10,7 +10,10 @@ from typing import Any
 
 import httpx
 import pytest
+import redis
 from fastapi import FastAPI
+
+from contracts.generation import BackendError
 
 PROMPT = "the quick brown fox"
 BODY = {"model": "small", "prompt": PROMPT, "max_tokens": 10}
@@ -71,6 +74,27 @@ async def test_delete_cancels_the_task_when_the_backend_cannot(
     whole = (await post).json()
     assert (whole["text"], whole["stop_reason"]) == ("Hello", "cancelled")
     assert whole["usage"]["completion_tokens"] == 2
+
+
+async def test_a_stream_that_breaks_while_its_cancel_is_on_the_way_ends_cancelled(
+    client: httpx.AsyncClient, backend: Any, registry: Any, redis_url: str
+) -> None:
+    """The partition run: a DELETE raced a flapping link, the stream ended with the link's
+    error, and the id's stored result was that failure, so the client's retry with its id got
+    a 502. The client asked it to stop, and it stopped: cancelled, and a repeat says so."""
+    backend.hold_after = 1
+    backend.fail_on_cancel = True
+    backend.error = BackendError("server 'x': UNAVAILABLE: Stream removed")
+    post = asyncio.create_task(client.post("/v1/generate", json={**BODY, "request_id": "c9"}))
+    await until(has_deltas(registry, "alpha/c9", 1))
+
+    assert (await client.delete("/v1/generate/c9")).json()["status"] == "cancelled"
+    whole = (await post).json()
+    assert (whole["text"], whole["stop_reason"]) == ("Hello", "cancelled")
+    with redis.Redis.from_url(redis_url) as r:
+        await until(lambda: r.hget("sy:req:alpha:c9", "state") == b"done")
+    again = await client.post("/v1/generate", json={**BODY, "request_id": "c9"})
+    assert again.status_code == 200 and again.json()["stop_reason"] == "cancelled"
 
 
 async def test_delete_before_the_first_token(client: httpx.AsyncClient, backend: Any, registry: Any) -> None:
