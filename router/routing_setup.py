@@ -17,7 +17,7 @@ from config.settings import SwitchyardConfig
 from fleet_state.load_board import LoadBoard
 from fleet_state.registry import ServerInfo, ServerRegistry
 from router.failover_backend import FailoverBackend
-from router.server_directory import ServerDirectory
+from router.server_directory import MEMBERSHIP_GRACE_S, ServerDirectory
 from router.server_picker import ServerPicker
 from router.triton_backend import TritonBackend
 
@@ -66,8 +66,11 @@ def failover_backend(config: SwitchyardConfig, routed: Counter, retry_after_s: i
             closing.add(task)
             task.add_done_callback(closing.discard)
 
+    # Membership (a server's connection) outlives a stopped heartbeat by MEMBERSHIP_GRACE_S;
+    # routing follows the load reports' freshness (`fleet.dead_after_s`).
+    registry = ServerRegistry(client, dead_after_s=max(MEMBERSHIP_GRACE_S, config.fleet.dead_after_s))
     directory = ServerDirectory(
-        config, ServerRegistry(client), LoadBoard(client), http, added, removed, host=config.network.servers.advertised
+        config, registry, LoadBoard(client), http, added, removed, host=config.network.servers.advertised
     )
     picker = ServerPicker(config, directory, routed=routed)
 

@@ -44,6 +44,14 @@ logger = logging.getLogger(__name__)
 ROUTING_WINDOW_S = 2.0
 # The id of a pool's configured server, routed to while the pool has no registered one.
 CONFIGURED_SUFFIX = "-configured"
+# How long a registered server whose heartbeat stopped stays a member: its connection open
+# and the replies on it running. It is routed to only while its load reports are fresh
+# (`fleet.dead_after_s`), so this delays nothing new; it keeps a Redis failover (the
+# heartbeats refused for a few seconds) or a supervisor restart from closing every server's
+# connection and cutting every reply off (the partition run's split brain: replies failed
+# mid-stream with "it left the fleet", no server left to resume on). A server really gone
+# fails its replies over by itself: its connection breaks, or its keepalive times out.
+MEMBERSHIP_GRACE_S = 30.0
 
 
 class ServerDirectory(ObservedPools):

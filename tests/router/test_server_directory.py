@@ -19,7 +19,7 @@ from contracts.engine_metrics import EngineHealth
 from fleet_state.load_board import LoadBoard, LoadReport
 from fleet_state.registry import ServerInfo, ServerRegistry
 from fleet_state.server_state import ServerState
-from router.server_directory import ServerDirectory
+from router.server_directory import MEMBERSHIP_GRACE_S, ServerDirectory
 
 pytestmark = pytest.mark.integration
 
@@ -270,3 +270,32 @@ async def until(predicate: Callable[[], bool], timeout_s: float = 10.0) -> None:
     while not predicate():
         assert time.monotonic() < deadline, "condition not reached in time"
         await asyncio.sleep(0.01)
+
+
+async def test_a_server_whose_heartbeat_stops_keeps_its_connection_but_is_not_routed_to(
+    config: SwitchyardConfig, redis_url: str
+) -> None:
+    """Membership outlives a stopped heartbeat (MEMBERSHIP_GRACE_S, what routing_setup gives
+    the directory's registry); routing follows the load reports. A Redis failover refuses the
+    servers' heartbeats for seconds: their connections, and the replies on them, must live."""
+    client = aioredis.Redis.from_url(redis_url)
+    registry = ServerRegistry(client, dead_after_s=MEMBERSHIP_GRACE_S)
+    clock = [T0]
+    removed: list[str] = []
+    async with httpx.AsyncClient() as http:
+        directory = ServerDirectory(
+            config, registry, LoadBoard(client), http, lambda info: None, removed.append,
+            host=config.network.servers.advertised, clock=lambda: clock[0],
+        )  # fmt: skip
+        await registry.register(server("small-0", 9003))
+        await LoadBoard(client).publish("small", LoadReport("small-0", 1, T0, True, kv(100, 100)))
+        await directory.refresh()
+        assert [load.state for load in directory.loads("small")] == [ServerState.READY]
+        clock[0] = T0 + 10  # neither heartbeat nor load report since
+        await directory.refresh()
+        assert [load.state for load in directory.loads("small")] == [ServerState.DEAD]  # not routed to...
+        assert removed == []  # ... but its connection is kept
+        clock[0] = T0 + MEMBERSHIP_GRACE_S + 1
+        await directory.refresh()
+        assert removed == ["small-0"]
+    await client.aclose()
