@@ -54,7 +54,7 @@ bench: $(STAMP) redis build
 	$(BIN)/python -m bench
 
 # Chaos under load (docs/chaos.md), then the partition run over network namespaces
-# (docs/network.md): 10 minutes each by default; `make chaos MINUTES=2 SEED=7`.
+# (docs/chaos.md, "Network faults"): 10 minutes each by default; `make chaos MINUTES=2 SEED=7`.
 MINUTES ?= 10
 SEED    ?= 1
 chaos: $(STAMP) redis build
