@@ -232,7 +232,8 @@ class Dispatcher:
         pending = {result.line for result in work.results} | set(work.inflight)
         foreign: list[str] = []
         began = time.monotonic()
-        for queued in await self.queue.drain(work.batch_id):
+        left = await self.queue.drain(work.batch_id)
+        for queued in left:
             if time.monotonic() - began > _SWEEP_BUDGET_S:
                 break
             chunk = queued.chunk
@@ -251,6 +252,28 @@ class Dispatcher:
             await self.queue.ack(work.batch_id, message_id)
         if await self.results.settle(work.batch_id, now):
             await self._finalize(work.batch_id, now)
+        elif not left and not work.inflight:
+            await self._sweep_orphans(work, error, outcome, now)
+
+    async def _sweep_orphans(self, work: BatchWork, error: dict[str, str], outcome: Outcome, now: float) -> None:
+        """No chunk is left and the batch has not ended: some line's chunk was acknowledged
+        without its mark (a mark a failover dropped). Those lines are found from the input
+        itself and ended like the rest, so a batch always reaches a final status."""
+        raw = b"".join([block async for block in self._blobs.read(work.record.input_key)])
+        lines = list(split_lines(raw, 1))
+        marked = await self.results.marked(work.batch_id, [n for n, _ in lines])
+        orphans = [(n, text) for n, text in lines if n not in marked]
+        if not orphans:
+            return
+        logger.warning(
+            "batch entries with no chunk and no result: ended by the sweep",
+            extra={"batch_id": work.batch_id, "entries": len(orphans), "first_line": orphans[0][0]},
+        )
+        for line, text in orphans:
+            work.results.append(
+                EntryResult(line, outcome, output_record(work.batch_id, line, custom_id_of(text), error=error))
+            )
+        await self._write(work, now)
 
     # -- release ---------------------------------------------------------------------------
 

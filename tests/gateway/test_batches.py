@@ -15,6 +15,7 @@ from fastapi import FastAPI
 
 from bulk.batch_lines import BatchEntry
 from bulk.blob_store import LocalBlobStore
+from bulk.chunk_queue import chunks_key
 from bulk.dispatcher import Dispatcher
 from bulk.gateway_client import GatewaySubmitter, Submission, Verdict
 from bulk.pool_loads import LivePoolLoads
@@ -221,6 +222,26 @@ async def test_expiry_keeps_finished_results(
     assert dispatcher.inflight() == 0  # the running entries were stopped (over HTTP: hung up on)
     errors = [json.loads(e) for e in (await client.get(final["links"]["errors"])).text.splitlines()]
     assert sorted(e["line"] for e in errors) == [1, 2, 3, 4, 5]
+
+
+async def test_entries_whose_chunk_is_gone_unmarked_still_expire_at_the_deadline(
+    client: httpx.AsyncClient, dispatcher: Dispatcher, redis_url: str
+) -> None:
+    """The partition run: chunks acknowledged on the strength of marks a split brain then
+    dropped left their lines with no result and no chunk, and the deadline's sweep (which
+    reads the chunks left) never ended them: the batch stayed in_progress for good. The sweep
+    finds such lines from the input itself."""
+    batch = (
+        await submit(client, jsonl(*[{"prompt": f"fox {i}", "max_tokens": 3} for i in range(3)]), deadline="1s")
+    ).json()
+    async with aioredis.Redis.from_url(redis_url) as r:
+        await r.delete(chunks_key(batch["id"]))  # acknowledged and deleted, no line marked
+    await run_until(dispatcher, lambda: _status_is(client, batch["id"], "expired"), timeout_s=15)
+    final = (await client.get(f"/v1/batches/{batch['id']}")).json()
+    assert final["counts"] == {"total": 3, "done": 0, "failed": 0, "expired": 3, "pending": 0}
+    errors = [json.loads(e) for e in (await client.get(final["links"]["errors"])).text.splitlines()]
+    assert sorted(e["line"] for e in errors) == [1, 2, 3]
+    assert {e["error"]["code"] for e in errors} == {"batch_expired"}
 
 
 async def _status_is(client: httpx.AsyncClient, batch_id: str, status: str) -> bool:
