@@ -6,7 +6,7 @@ sends a connection back to them. Two cases escape that, both seen in `bench part
 brain (the primary cut off from its replicas and the sentinels, a gateway still reaching it):
 
     writes   the old primary refuses them with NOREPLICAS (`min-replicas-to-write`), which
-             redis-py passes on as a plain error: `_PrimaryConnection` drops the connection
+             redis-py passes on as a plain error: `PrimaryConnection` drops the connection
              and raises ConnectionError, so the next one asks the sentinels again and every
              caller's retry treats it as Redis unreachable
     reads    nothing refuses them: a pool that only reads (the router's server directory, the
