@@ -9,7 +9,8 @@
                       └─ otherwise ─────────────────────────▶ DEAD ─▶ relaunch
       registry says DRAINING (`switchyard drain`) ─▶ SIGTERM its process, once
       its load report (what the server's own process publishes: fleet_state/load_board.py; read for
-      every server in one call) ─▶ Liveness:
+      every server in one call), or, when that report is stale (Redis refusing the publishers'
+      writes), the server itself over local HTTP (supervisor/local_probe.py) ─▶ Liveness:
           STARTING ── ready and engine heartbeat advancing ──▶ READY
           READY ── heartbeat still / not ready / no report, for dead_after_s ──▶ DEAD ─▶ kill, relaunch
           STARTING for longer than startup_timeout_s ──▶ DEAD
@@ -37,8 +38,8 @@ before it is ready back off (1 s, 2 s, 4 s ... up to max_restart_backoff_s).
 
 Fencing (fleet_state/epochs.py): each launch takes a new registration epoch, which every
 registry write made for it here carries (its process is not given it yet: docs/network.md).
-A supervisor judges a server dead only by its load reports in Redis, and kills what it
-replaces, on its own host, before relaunching it.
+A supervisor judges a server dead only by a fresh look at it (its load report, or the server
+itself), and kills what it replaces, on its own host, before relaunching it.
 So the one way to two copies of an id is a second registration elsewhere while this host was
 cut off (a pod rescheduled, a second supervisor): then this copy's writes are refused and it
 is killed here, not served beside its replacement.
@@ -61,13 +62,14 @@ from config.settings import SwitchyardConfig, dump_config
 from fleet_state.epochs import Fenced
 from fleet_state.load_board import LoadBoard, LoadReport
 from fleet_state.registry import ServerInfo, ServerRegistry
-from fleet_state.server_health import Liveness, Probe, Verdict
+from fleet_state.server_health import Liveness, Verdict
 from fleet_state.server_state import ServerState
 from server_host.adopted_process import AdoptedProcess, server_process
 from server_host.ports import PortAllocator, port_free
 from server_host.process import ManagedProcess
 from server_host.server_process import EXIT_DRAINED
 from server_host.triton_server import TritonStartError
+from supervisor.local_probe import LocalProbe
 from supervisor.pool_scaling import CopyView, scale_steps
 from supervisor.server_copy import ServerCopy
 
@@ -105,6 +107,13 @@ class Supervisor:
         self._copies: dict[str, ServerCopy] = {}
         self._relaunch = False  # off during start() (a failure there is an error) and stop()
         self._targets: dict[str, int] = {}  # pools under a target (set_target); others keep what they run
+        # A report older than a quarter of dead_after_s is not judged: the server is asked itself.
+        self._probe = LocalProbe(
+            self._addresses.bind_host,
+            stale_after_s=self._fleet.dead_after_s / 4,
+            timeout_s=self._fleet.heartbeat_s * 2,
+            max_connections=2 * sum(config.pools[p].copies_limit for p in self._pool_ids),
+        )
 
     def copies(self, pool_id: str | None = None) -> list[ServerCopy]:
         """The servers under supervision (drained ones are gone), by id."""
@@ -177,6 +186,7 @@ class Supervisor:
         copies, self._copies = list(self._copies.values()), {}
         processes = [c.process for c in copies if c.process is not None]
         await asyncio.gather(*(asyncio.to_thread(p.stop, _STOP_TIMEOUT_S, signal.SIGINT) for p in processes))
+        await self._probe.aclose()
         for copy in copies:
             try:
                 await self._registry.deregister(copy.server_id, epoch=copy.epoch)
@@ -256,9 +266,7 @@ class Supervisor:
         if copy.state is ServerState.DRAINING:
             await self._check_draining(copy, now)
             return
-        # No report yet (still loading, or its publisher is gone) reads as not ready.
-        probe = Probe(False, False, None) if report is None else Probe(report.ready, report.refused, report.health)
-        verdict = copy.liveness.observe(now, probe)
+        verdict = copy.liveness.observe(now, await self._probe.look(copy.ports, report, now))
         if verdict is Verdict.ALIVE:
             if copy.state is ServerState.STARTING and await self._registry.set_state(
                 copy.server_id, ServerState.READY, now, epoch=copy.epoch
@@ -343,17 +351,19 @@ class Supervisor:
         copy.process.send_signal(signal.SIGTERM)
 
     async def _mark_dead(self, copy: ServerCopy, now: float, reason: str) -> None:
+        """Kill it and schedule its relaunch, then say so in the registry: a registry that refuses
+        the write (Redis away) must not leave a copy forgotten, unkilled and never relaunched."""
         process, copy.process = copy.process, None
         tail = process.log_tail() if process is not None else ""
         copy.last_failure = f"{reason}\n{tail}"
         logger.warning("%s is dead: %s", copy.server_id, reason)
         copy.state = ServerState.DEAD
-        await self._registry.set_state(copy.server_id, ServerState.DEAD, now, epoch=copy.epoch)
-        if process is not None:  # SIGKILL: a dead server gets no drain; its tritonserver dies with it
-            await asyncio.to_thread(process.stop, 0.0, signal.SIGKILL)
         copy.failed_starts = 0 if copy.liveness.ever_alive else copy.failed_starts + 1
         backoff = 0.0 if copy.failed_starts == 0 else 2.0 ** (copy.failed_starts - 1)
         copy.relaunch_at = now + min(backoff, self._fleet.max_restart_backoff_s)
+        if process is not None:  # SIGKILL: a dead server gets no drain; its tritonserver dies with it
+            await asyncio.to_thread(process.stop, 0.0, signal.SIGKILL)
+        await self._registry.set_state(copy.server_id, ServerState.DEAD, now, epoch=copy.epoch)
 
     async def _retire(self, copy: ServerCopy) -> None:
         """A drained server: reap what is left of it and forget it."""

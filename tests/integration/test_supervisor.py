@@ -1,6 +1,7 @@
 """The supervisor with real tritonservers and a real Redis: two copies of a pool come up ready; a
-killed one is marked dead and relaunched; a supervisor started again takes its servers over; a
-drained one finishes its in-flight stream, then stops and leaves the registry; SIGTERM to a
+killed one is marked dead and relaunched; a board gone stale (Redis refusing the servers'
+reports) kills nothing, and a stuck engine is still found behind it; a supervisor started again
+takes its servers over; a drained one finishes its in-flight stream, then stops and leaves the registry; SIGTERM to a
 server's process drains it the same way.
 
 One fleet for the whole story (each start of a server costs seconds on two cores)."""
@@ -13,7 +14,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,7 +25,7 @@ import tritonclient.grpc.aio as grpcclient
 from tritonclient.utils import np_to_triton_dtype
 
 from config.settings import FleetSpec, RedisSpec, SwitchyardConfig
-from fleet_state.load_board import LoadBoard
+from fleet_state.load_board import LoadBoard, LoadReport
 from fleet_state.registry import ServerInfo, ServerRegistry, server_key
 from fleet_state.server_state import ServerState
 from server_host.ports import FreePorts
@@ -122,6 +123,21 @@ def engine_stub_pid(server_pid: int) -> int:
     raise LookupError(f"tritonserver {server_pid} runs no engine stub")
 
 
+class FreezableBoard(LoadBoard):
+    """The real board, which can be made to answer its last read again and again: what a
+    supervisor sees while Redis refuses every publisher's writes (LOADING, NOREPLICAS)."""
+
+    def __init__(self, client: aioredis.Redis) -> None:
+        super().__init__(client)
+        self.frozen = False
+        self._last: dict[str, dict[str, LoadReport]] | None = None
+
+    async def read(self, pool_ids: Iterable[str]) -> dict[str, dict[str, LoadReport]]:
+        if not self.frozen or self._last is None:
+            self._last = await super().read(pool_ids)
+        return self._last
+
+
 async def _gone(pid: int) -> bool:
     return gone(pid)
 
@@ -144,7 +160,8 @@ async def test_a_fleet_restarts_the_dead_and_drains_on_request_or_sigterm(
     client = aioredis.Redis.from_url(redis_url)
     registry = ServerRegistry(client, config.fleet.dead_after_s)
     ports = FreePorts()
-    supervisor = Supervisor(config, registry, ports, LoadBoard(client))
+    board = FreezableBoard(client)
+    supervisor = Supervisor(config, registry, ports, board)
     watch: asyncio.Task[None] | None = None
 
     async def server(server_id: str) -> ServerInfo | None:
@@ -195,14 +212,26 @@ async def test_a_fleet_restarts_the_dead_and_drains_on_request_or_sigterm(
         restored = await eventually(lambda: state_is(f"{POOL}-1", ServerState.READY), 10)
         print(f"a lost READY restored after {restored:.1f} s")
 
-        # SIGKILL the first one's engine stub: Triton still answers ready, but the engine
-        # heartbeat stops, so it is dead within ~2 s and relaunched all the same.
+        # The board stops (every report frozen, as while Redis refuses the publishers' writes):
+        # its engine heartbeats read as still for longer than dead_after_s, but a stale report
+        # is no verdict; the supervisor asks its servers itself, and kills none (the chaos run:
+        # a Redis restart then failover had it kill and relaunch all four servers at once).
+        board.frozen = True
+        pids = [first.pid, second.pid]
+        await asyncio.sleep(config.fleet.dead_after_s * 3)  # a window in which nothing may happen
+        assert [first.pid, second.pid] == pids
+        assert [s.state for s in await registry.servers(POOL)] == [ServerState.READY, ServerState.READY]
+
+        # SIGKILL the first one's engine stub, the board still frozen: Triton still answers
+        # ready, but the engine heartbeat stops, so it is dead within ~2 s and relaunched.
         stub = engine_stub_pid(tritonserver_pid(first.pid))  # type: ignore[arg-type]
         os.kill(stub, signal.SIGKILL)
         to_dead = await eventually(lambda: state_is(f"{POOL}-0", ServerState.DEAD), 5)
         assert to_dead < 3.0, to_dead
+        assert second.pid == pids[1]
         await eventually(lambda: state_is(f"{POOL}-0", ServerState.READY), 90)
-        print(f"engine stub SIGKILL: dead after {to_dead:.1f} s")
+        board.frozen = False
+        print(f"engine stub SIGKILL behind a stale board: dead after {to_dead:.1f} s")
 
         # The supervisor killed and started again long after its servers started (past
         # startup_timeout_s): it takes them over as they are, and kills none (the chaos run:
