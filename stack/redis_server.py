@@ -13,7 +13,9 @@ after a failover (stack/redis_sentinel.py, docs/redis.md).
 In a replica set every node also gets `min-replicas-to-write`: a primary that has heard from
 too few replicas for `min-replicas-max-lag` seconds refuses writes (NOREPLICAS), so a primary
 cut off from its replica and the sentinels stops taking writes the promoted replica would not
-have (docs/redis.md). Every node, since any may be the primary after a failover.
+have (docs/redis.md). Every node, since any may be the primary after a failover. And
+`repl-diskless-sync-delay 0`: a primary that restarted (new replication id, so each replica
+needs a full sync) refuses writes until a replica has synced, so the sync starts at once.
 """
 
 from __future__ import annotations
@@ -92,6 +94,11 @@ class RedisServer:
                 str(min_replicas_to_write),
                 "--min-replicas-max-lag",
                 str(min_replicas_max_lag_s),
+                # A restarted primary syncs its replicas at once: with min-replicas-to-write it
+                # takes no write until one has synced, and Redis's default waits 5 s for more
+                # replicas to share one transfer (the chaos run: restart-redis 7.5 s, not 2).
+                "--repl-diskless-sync-delay",
+                "0",
                 *replica,
             ],
             log_path,
