@@ -19,7 +19,11 @@ holds `--streams` replies (12) of `--reply-tokens` tokens (1,000; 200-token prom
 
 CPU per process is utime + stime from /proc before and after the window
 (bench/serving_processes.py finds tritonserver, each Python backend stub by its model, the
-gateway's workers, Redis and the client). The engine stub's step thread is named `engine-step`
+gateway's workers, Redis and the client). Before any variant, the stack is measured idle for
+`idle_s` (10 s): what each process spends with nothing streaming (a server host probing its
+server ten times a second, a gateway worker's view of the fleet) is per server or per worker,
+not per response, so the headline figures are what streaming *added* (`less_idle`); the gross
+figures, idle work included, sit beside them (`*_gross`). The engine stub's step thread is named `engine-step`
 in the OS, so its CPU (the engine's own work) is read apart from the stub's other threads
 (Triton's execute, the sender). The relay is everything between the engine's step and the
 client: tritonserver + every stub + the gateway's workers, less the engine step thread;
@@ -70,6 +74,7 @@ class Settings:
 
     seconds: float = 30.0
     warmup_s: float = 3.0
+    idle_s: float = 10.0  # the stack measured with nothing streaming, before the variants
     streams: int = 12
     reply_tokens: int = 1000
     cap: int | None = None
@@ -78,7 +83,7 @@ class Settings:
     engine_in_process: bool = True  # False: the engine as the `cpu_engine` model, as before
 
 
-QUICK = Settings(seconds=5.0, warmup_s=1.0, streams=4, reply_tokens=200)
+QUICK = Settings(seconds=5.0, warmup_s=1.0, idle_s=2.0, streams=4, reply_tokens=200)
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +92,8 @@ class Variant:
 
     name: str
     report: ClientReport
-    cpu: WindowCpu
+    cpu: WindowCpu  # gross: idle work included
+    added: WindowCpu  # what streaming added: `cpu` less the idle stack's over as long
 
 
 def overhead_config(base: SwitchyardConfig, cap: int | None, engine_in_process: bool = True) -> SwitchyardConfig:
@@ -101,7 +107,17 @@ def overhead_config(base: SwitchyardConfig, cap: int | None, engine_in_process: 
     return config.model_copy(update={"pools": {POOL: config.pools[POOL].model_copy(update=update)}})
 
 
-def _live(stack: Stack, name: str, spec: ClientSpec, settings: Settings) -> Variant:
+def _idle(stack: Stack, settings: Settings) -> WindowCpu:
+    """The stack's CPU with nothing streaming, over `idle_s`."""
+    assert stack.gateway is not None and stack.gateway.pid is not None
+    processes = find_serving_processes(os.getpid(), stack.gateway.pid)
+    engines = [p.pid for p in engine_stubs(processes)]
+    before = snapshot(processes, engines)
+    time.sleep(settings.idle_s)
+    return window_cpu(processes, before, snapshot(processes, engines))
+
+
+def _live(stack: Stack, name: str, spec: ClientSpec, settings: Settings, idle: WindowCpu) -> Variant:
     """Run the client, wait until every slot streams and the warm-up, measure `seconds`."""
     assert stack.gateway is not None and stack.gateway.pid is not None
     processes = find_serving_processes(os.getpid(), stack.gateway.pid, via_gateway=spec.path == "gateway")
@@ -127,7 +143,8 @@ def _live(stack: Stack, name: str, spec: ClientSpec, settings: Settings) -> Vari
         client.join(timeout=15)
         if client.is_alive():
             client.kill()
-    return Variant(name, report, window_cpu(measured, before, after))
+    cpu = window_cpu(measured, before, after)
+    return Variant(name, report, cpu, cpu.less_idle(idle))
 
 
 def measure(settings: Settings, base: SwitchyardConfig | None = None) -> dict[str, Any]:
@@ -142,15 +159,16 @@ def measure(settings: Settings, base: SwitchyardConfig | None = None) -> dict[st
     variants: list[Variant] = []
     alone: EngineAloneResult | None = None
     try:
+        idle = _idle(stack, settings)
         api_key = teams["bench"]["Authorization"].removeprefix("Bearer ")
         host, port = config.gateway.host, stack.gateway_port
         gateway = ClientSpec("gateway", host, port, api_key, POOL, prompts, prompt_ids, settings.reply_tokens)
-        variants.append(_live(stack, "gateway + triton", gateway, settings))
+        variants.append(_live(stack, "gateway + triton", gateway, settings, idle))
         if settings.direct:
             key = config.triton_inference_key()
             grpc_port = config.pools[POOL].ports.grpc
             direct = ClientSpec("triton", "127.0.0.1", grpc_port, key, POOL, prompts, prompt_ids, settings.reply_tokens)
-            variants.append(_live(stack, "triton direct", direct, settings))
+            variants.append(_live(stack, "triton direct", direct, settings, idle))
         if config.serving.target == "cpu":  # elsewhere the stack's engine is not the one here
             alone = run_engine_alone(
                 config.model_dir(POOL),
@@ -168,6 +186,7 @@ def measure(settings: Settings, base: SwitchyardConfig | None = None) -> dict[st
         "when": time.strftime("%Y-%m-%d %H:%M:%S"),
         "seconds": settings.seconds,
         "warmup_s": settings.warmup_s,
+        "idle_s": settings.idle_s,
         "streams": settings.streams,
         "prompt_tokens": PROMPT_TOKENS,
         "reply_tokens": settings.reply_tokens,
@@ -191,19 +210,30 @@ def _tokens_per_s(tokens: int, wall_s: float) -> float:
     return tokens / wall_s if wall_s > 0 else 0.0
 
 
+def _relay_figures(live: Variant, direct: Variant | None, suffix: str) -> dict[str, Any]:
+    """The relay's CPU per response, summed, the gateway's and the server's shares; `suffix`
+    "" for what streaming added, "_gross" with the idle stack's work."""
+    cpu = live.added if suffix == "" else live.cpu
+    responses = live.report.responses
+    figures: dict[str, Any] = {}
+    relay = cpu.relay_s
+    figures[f"relay_ms_per_response{suffix}"] = None if relay is None else _per(relay, responses, 1e3)
+    gateway = sum(s for role, s in cpu.by_role.items() if role.startswith("gateway worker"))
+    figures[f"gateway_ms_per_response{suffix}"] = _per(gateway, responses, 1e3)
+    if relay is not None:  # the server's share of the same relay: tritonserver and its stubs
+        figures[f"server_relay_ms_per_response{suffix}"] = _per(relay - gateway, responses, 1e3)
+    if direct is not None:
+        direct_relay = (direct.added if suffix == "" else direct.cpu).relay_s
+        if direct_relay is not None:
+            figures[f"server_relay_ms_per_response_direct{suffix}"] = _per(direct_relay, direct.report.responses, 1e3)
+    return figures
+
+
 def _headlines(variants: list[Variant], alone: EngineAloneResult | None) -> dict[str, Any]:
     by_name = {v.name: v for v in variants}
     live = by_name["gateway + triton"]
-    figures: dict[str, Any] = {}
-    relay = live.cpu.relay_s
-    figures["relay_ms_per_response"] = None if relay is None else _per(relay, live.report.responses, 1e3)
-    gateway = sum(s for role, s in live.cpu.by_role.items() if role.startswith("gateway worker"))
-    figures["gateway_ms_per_response"] = _per(gateway, live.report.responses, 1e3)
-    if relay is not None:  # the server's share of the same relay: tritonserver and its stubs
-        figures["server_relay_ms_per_response"] = _per(relay - gateway, live.report.responses, 1e3)
     direct = by_name.get("triton direct")
-    if direct is not None and direct.cpu.relay_s is not None:
-        figures["server_relay_ms_per_response_direct"] = _per(direct.cpu.relay_s, direct.report.responses, 1e3)
+    figures = {**_relay_figures(live, direct, ""), **_relay_figures(live, direct, "_gross")}
     live_rate = _tokens_per_s(live.report.tokens, live.cpu.wall_s)
     if alone is not None and alone.tokens:
         alone_rate = _tokens_per_s(alone.tokens, alone.wall_s)
@@ -220,7 +250,7 @@ def _variant_rows(variants: list[Variant], alone: EngineAloneResult | None) -> l
     rows = []
     for v in variants:
         rate = _tokens_per_s(v.report.tokens, v.cpu.wall_s)
-        relay = v.cpu.relay_s
+        relay = v.added.relay_s
         rows.append(
             {
                 "variant": v.name,
@@ -258,15 +288,25 @@ def _variant_rows(variants: list[Variant], alone: EngineAloneResult | None) -> l
 
 
 def _process_row(
-    variant: str, process: str, cpu_s: float, wall_s: float, responses: int, tokens: int
+    variant: str,
+    process: str,
+    cpu_s: float,
+    added_s: float | None,
+    wall_s: float,
+    responses: int,
+    tokens: int,
 ) -> dict[str, Any]:
+    """One process's window: gross CPU, its share of a core, and per response and per token
+    what streaming added (`added_s`; None: no idle measure, the gross)."""
+    added = cpu_s if added_s is None else added_s
     return {
         "variant": variant,
         "process": process,
         "cpu_s": round(cpu_s, 3),
         "core_pct": round(100 * cpu_s / wall_s, 1) if wall_s > 0 else None,
-        "ms_per_response": _per(cpu_s, responses, 1e3),
-        "us_per_token": _per(cpu_s, tokens, 1e6),
+        "idle_core_pct": None if added_s is None or wall_s <= 0 else round(100 * (cpu_s - added_s) / wall_s, 1),
+        "ms_per_response": _per(added, responses, 1e3),
+        "us_per_token": _per(added, tokens, 1e6),
     }
 
 
@@ -274,15 +314,17 @@ def _process_rows(variants: list[Variant], alone: EngineAloneResult | None) -> l
     rows = []
     for v in variants:
         counts = (v.cpu.wall_s, v.report.responses, v.report.tokens)
-        rows += [_process_row(v.name, role, cpu_s, *counts) for role, cpu_s in v.cpu.by_role.items()]
+        for role, cpu_s in v.cpu.by_role.items():
+            rows.append(_process_row(v.name, role, cpu_s, v.added.by_role.get(role), *counts))
         if v.cpu.engine_thread_s is not None:
-            rows.append(_process_row(v.name, "  of which engine-step thread", v.cpu.engine_thread_s, *counts))
+            engine, added = v.cpu.engine_thread_s, v.added.engine_thread_s
+            rows.append(_process_row(v.name, "  of which engine-step thread", engine, added, *counts))
         if v.cpu.relay_s is not None:
-            rows.append(_process_row(v.name, "relay (sum)", v.cpu.relay_s, *counts))
+            rows.append(_process_row(v.name, "relay (sum)", v.cpu.relay_s, v.added.relay_s, *counts))
     if alone is not None:
         counts = (alone.wall_s, alone.responses, alone.tokens)
-        rows.append(_process_row("engine alone", "bench process (engine + readers)", alone.process_s, *counts))
-        rows.append(_process_row("engine alone", "  of which engine-step thread", alone.engine_thread_s, *counts))
+        rows.append(_process_row("engine alone", "bench process (engine + readers)", alone.process_s, None, *counts))
+        rows.append(_process_row("engine alone", "  of which engine-step thread", alone.engine_thread_s, None, *counts))
     return rows
 
 

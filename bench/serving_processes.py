@@ -149,6 +149,19 @@ class WindowCpu:
             return None
         return sum(s for role, s in self.by_role.items() if role in self.relay_roles) - self.engine_thread_s
 
+    def less_idle(self, idle: WindowCpu) -> WindowCpu:
+        """What streaming added: each process's CPU less what it spends idle over as long a
+        window (`idle`: the same stack with nothing streaming). A server host probing its
+        server ten times a second, a gateway worker refreshing its view of the fleet, a stub's
+        health thread cost the same with no reply at all; divided by the responses of a window
+        they read as relay, more so the fewer responses a second the server sends."""
+        scale = self.wall_s / idle.wall_s
+        by_role = {role: s - idle.by_role.get(role, 0.0) * scale for role, s in self.by_role.items()}
+        engine = self.engine_thread_s
+        if engine is not None and idle.engine_thread_s is not None:
+            engine -= idle.engine_thread_s * scale
+        return WindowCpu(self.wall_s, by_role, self.relay_roles, engine)
+
 
 def window_cpu(processes: list[ServingProcess], before: CpuSnapshot, after: CpuSnapshot) -> WindowCpu:
     """What happened between two snapshots; a process that exited in between counts as 0."""

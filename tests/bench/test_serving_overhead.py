@@ -56,6 +56,32 @@ def test_without_an_engine_step_thread_there_is_no_relay_figure() -> None:
     assert cpu.engine_thread_s is None and cpu.relay_s is None
 
 
+def test_what_streaming_added_is_each_process_less_its_idle_rate() -> None:
+    processes = [
+        ServingProcess("server host", 1, relay=False),
+        ServingProcess("stub llm", 2, relay=True),
+        ServingProcess("gateway worker 0", 3, relay=True),
+    ]
+    # Idle for 10 s: the server host probes (0.5 s), the stub's threads tick (0.1 s, of which
+    # its engine thread 0.02 s), the worker refreshes its view of the fleet (0.2 s).
+    idle = window_cpu(
+        processes,
+        CpuSnapshot(0.0, {1: 0.0, 2: 0.0, 3: 0.0}, {2: 0.0}),
+        CpuSnapshot(10.0, {1: 0.5, 2: 0.1, 3: 0.2}, {2: 0.02}),
+    )
+    busy = window_cpu(
+        processes,
+        CpuSnapshot(0.0, {1: 0.0, 2: 0.0, 3: 0.0}, {2: 0.0}),
+        CpuSnapshot(30.0, {1: 1.5, 2: 20.0, 3: 3.0}, {2: 18.0}),
+    )
+    added = busy.less_idle(idle)
+    assert added.wall_s == 30.0
+    assert added.by_role == pytest.approx({"server host": 0.0, "stub llm": 19.7, "gateway worker 0": 2.4})
+    assert added.engine_thread_s == pytest.approx(17.94)
+    assert added.relay_s == pytest.approx(19.7 + 2.4 - 17.94)
+    assert busy.relay_s is not None and added.relay_s < busy.relay_s
+
+
 @pytest.mark.integration
 def test_a_quick_run_measures_every_process_of_the_path(tmp_path: Path) -> None:
     path = tmp_path / "serving_overhead.json"
@@ -74,9 +100,13 @@ def test_a_quick_run_measures_every_process_of_the_path(tmp_path: Path) -> None:
         assert ("gateway + triton", process) in processes, process
     assert ("gateway + triton", "stub cpu_engine") not in processes
     assert ("triton direct", "stub llm") in processes and ("engine alone", "  of which engine-step thread") in processes
-    for row in processes.values():
-        assert row["cpu_s"] >= 0 and row["ms_per_response"] >= 0 and row["us_per_token"] >= 0
+    for row in processes.values():  # what streaming added may read a hair below 0 off the path
+        assert row["cpu_s"] >= 0 and row["ms_per_response"] is not None and row["us_per_token"] is not None
+    assert processes[("gateway + triton", "relay (sum)")]["ms_per_response"] > 0
+    assert processes[("gateway + triton", "server host")]["idle_core_pct"] is not None
     assert processes[("gateway + triton", "stub llm")]["cpu_s"] > 0
     meta = run["meta"]
     assert meta["label"] == "quick" and meta["max_stream_responses_per_s"] >= 1
     assert meta["relay_ms_per_response"] is not None and meta["tokens_per_s_ratio"] > 0
+    # The idle stack's work is never negative: the gross figure is at least what streaming added.
+    assert meta["relay_ms_per_response_gross"] >= meta["relay_ms_per_response"] - 0.001
