@@ -1,7 +1,7 @@
 """The `llm` model's tensors (docs/tensors.md): the one table every side of the stream reads.
 
     HTTP    ── router/triton_backend.build_inputs ──▶ Triton ──▶ llm: bls/llm_request.py
-            ◀── router/triton_backend.parse_response ◀──────────  bls/llm_pipeline.py
+            ◀── router/llm_response.parse_response ◀───────────  bls/llm_pipeline.py
     gRPC door (gateway/grpc_door/): a client's tensors ──▶ GenerateBody, by `LlmInput.request_field`;
             deltas ──▶ responses with these outputs' datatypes and shapes
 

@@ -25,27 +25,17 @@ from contracts.generation import (
     BackendUnavailable,
     GenerationDelta,
     GenerationRequest,
-    Logprobs,
     PoolReadiness,
     RequestRejected,
-    Usage,
 )
 from contracts.llm_tensors import (
     CACHE_NAMESPACE,
-    CACHED_TOKENS,
-    COMPLETION_TOKENS,
-    DISCARDED_TOKENS,
-    FINISH_REASON,
     GUIDED_GRAMMAR,
     IGNORE_EOS,
     INPUT_IDS,
     LOGPROBS,
     MAX_TOKENS,
-    OUTPUT_LOGPROB_TENSORS,
-    OUTPUT_TOKEN_IDS,
-    PROMPT_LOGPROB_TENSORS,
     PROMPT_LOGPROBS,
-    PROMPT_TOKENS,
     REQUEST_CLASS,
     RESUME_TOKEN_IDS,
     SEED,
@@ -53,13 +43,12 @@ from contracts.llm_tensors import (
     STREAM,
     TEMPERATURE,
     TEXT_INPUT,
-    TEXT_OUTPUT,
     TOP_K,
     TOP_P,
     LlmInput,
-    LlmTensor,
     refused_input,
 )
+from router.llm_response import parse_response
 
 LLM_MODEL = "llm"
 
@@ -126,7 +115,10 @@ class TritonBackend:
                     raise _stream_error(server_id, error.message())
                 if result is None:
                     continue
-                delta = parse_response(result)
+                try:
+                    delta = parse_response(result.get_response())
+                except ValueError as exc:  # contents no `llm` sends
+                    raise BackendError(f"server {server_id!r}: {exc}") from exc
                 finished = delta.finish_reason is not None
                 yield delta
                 if finished:
@@ -237,43 +229,6 @@ def build_inputs(request: GenerationRequest) -> list[InferInput]:
     return inputs
 
 
-def parse_response(result: InferResult) -> GenerationDelta:
-    """One `llm` response as a delta. Missing outputs read as empty (the model may leave out
-    what did not change)."""
-    text = _first_bytes(result.as_numpy(TEXT_OUTPUT.name)).decode("utf-8", errors="replace")
-    token_ids = _int_tuple(result.as_numpy(OUTPUT_TOKEN_IDS.name))
-    finish = _first_bytes(result.as_numpy(FINISH_REASON.name)).decode() or None
-    prompt = _first_int(result.as_numpy(PROMPT_TOKENS.name))
-    usage = None
-    if prompt is not None:
-        usage = Usage(
-            prompt_tokens=prompt,
-            cached_tokens=_first_int(result.as_numpy(CACHED_TOKENS.name)) or 0,
-            completion_tokens=_first_int(result.as_numpy(COMPLETION_TOKENS.name)) or 0,
-            discarded_tokens=_first_int(result.as_numpy(DISCARDED_TOKENS.name)) or 0,
-        )
-    return GenerationDelta(
-        text=text,
-        token_ids=token_ids,
-        finish_reason=finish,
-        usage=usage,
-        logprobs=_logprobs(result, OUTPUT_LOGPROB_TENSORS),
-        prompt_logprobs=_logprobs(result, PROMPT_LOGPROB_TENSORS),
-    )
-
-
-def _logprobs(result: InferResult, specs: Sequence[LlmTensor]) -> Logprobs | None:
-    """A run of log-probabilities (contracts/llm_tensors.py), or None when the response has none."""
-    values, ids, top = (result.as_numpy(spec.name) for spec in specs)
-    if values is None:
-        return None
-    return Logprobs(
-        tuple(values.reshape(-1).astype(float).tolist()),
-        () if ids is None else tuple(ids.reshape(-1).tolist()),
-        () if top is None else tuple(top.reshape(-1).astype(float).tolist()),
-    )
-
-
 def _tensor(spec: LlmInput, values: Sequence[str | int | float | bool]) -> InferInput:
     return _array_tensor(spec, spec.array(values))
 
@@ -283,22 +238,3 @@ def _array_tensor(spec: LlmInput, data: np.ndarray[Any, Any]) -> InferInput:
     tensor = InferInput(spec.name, list(data.shape), spec.datatype)
     tensor.set_data_from_numpy(data)
     return tensor
-
-
-def _first_bytes(array: np.ndarray[Any, Any] | None) -> bytes:
-    if array is None or array.size == 0:
-        return b""
-    value = array.reshape(-1)[0]
-    return value if isinstance(value, bytes) else str(value).encode()
-
-
-def _first_int(array: np.ndarray[Any, Any] | None) -> int | None:
-    if array is None or array.size == 0:
-        return None
-    return int(array.reshape(-1)[0])
-
-
-def _int_tuple(array: np.ndarray[Any, Any] | None) -> tuple[int, ...]:
-    if array is None:
-        return ()
-    return tuple(int(x) for x in array.reshape(-1))

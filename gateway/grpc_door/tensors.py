@@ -23,12 +23,10 @@ wire forms (raw little-endian contents, typed contents, length-prefixed BYTES).
 from __future__ import annotations
 
 import math
-import struct
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 from pydantic import ValidationError
 from tritonclient.grpc import service_pb2
 
@@ -50,6 +48,7 @@ from contracts.llm_tensors import (
     LlmTensor,
 )
 from contracts.schemas import FIELD_HINTS, GenerateBody
+from contracts.triton_wire import raw_contents, raw_numbers, split_bytes
 
 # `llm`'s inputs a team may send (all but the gateway-only ones), by name.
 DOOR_INPUTS: dict[str, LlmInput] = {spec.name: spec for spec in LLM_INPUTS if not spec.gateway_only}
@@ -149,39 +148,14 @@ def tensor_values(spec: LlmInput, tensor: Any, raw: bytes | None) -> list[Any]:
 def _raw_values(spec: LlmInput, raw: bytes) -> list[Any] | None:
     if spec.datatype == "BYTES":
         return split_bytes(raw)
-    dtype = _wire_dtype(spec)
-    if len(raw) % dtype.itemsize:
-        return None
-    values: list[Any] = np.frombuffer(raw, dtype=dtype).tolist()
-    return values
+    values = raw_numbers(raw, spec.datatype)
+    return None if values is None else list(values)
 
 
 def _content_values(spec: LlmInput, contents: service_pb2.InferTensorContents) -> list[Any]:
     if spec.datatype == "BYTES":
         return list(contents.bytes_contents)
     return list(getattr(contents, _CONTENTS_FIELD[spec.datatype]))
-
-
-def _wire_dtype(spec: LlmTensor) -> np.dtype[Any]:
-    """A numeric tensor's dtype in raw contents: the table's, little-endian."""
-    return np.dtype(spec.dtype).newbyteorder("<")
-
-
-def split_bytes(raw: bytes) -> list[bytes] | None:
-    """Triton's BYTES wire form (a 4-byte little-endian length, then the bytes, per element);
-    None when it does not parse."""
-    values: list[bytes] = []
-    offset = 0
-    while offset < len(raw):
-        if offset + 4 > len(raw):
-            return None
-        (length,) = struct.unpack_from("<I", raw, offset)
-        offset += 4
-        if offset + length > len(raw):
-            return None
-        values.append(raw[offset : offset + length])
-        offset += length
-    return values
 
 
 def _invalid_tensors(exc: ValidationError) -> ApiError:
@@ -203,10 +177,7 @@ def _invalid_tensors(exc: ValidationError) -> ApiError:
 def _output(spec: LlmTensor, values: Sequence[str | int]) -> tuple[Any, bytes]:
     """One output tensor of the table's datatype and shape, and its raw contents."""
     array = spec.array(values)
-    if spec.datatype == "BYTES":
-        raw = b"".join(struct.pack("<I", len(value)) + value for value in array)
-    else:
-        raw = array.astype(_wire_dtype(spec)).tobytes()
+    raw = raw_contents(array, spec.datatype)
     tensor = service_pb2.ModelInferResponse.InferOutputTensor(
         name=spec.name, datatype=spec.datatype, shape=list(array.shape)
     )

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from google.protobuf import text_format
-from tritonclient.grpc import InferInput, model_config_pb2
+from tritonclient.grpc import InferInput, model_config_pb2, service_pb2
 from tritonclient.utils import deserialize_bytes_tensor, triton_to_np_dtype
 
 from bls.llm_pipeline import LlmPipeline
@@ -41,8 +41,10 @@ from contracts.llm_tensors import (
 )
 from contracts.schemas import GenerateBody
 from contracts.token_ids import PackedTokenIds
+from contracts.triton_wire import raw_contents
 from engine.request import EngineRequest, FinishReason, RequestClass, RequestOutput, SamplingParams, TokenLogprobs
-from router.triton_backend import build_inputs, parse_response
+from router.llm_response import parse_response
+from router.triton_backend import build_inputs
 
 LLM_CONFIG = Path(__file__).resolve().parents[2] / "model_repository" / "llm" / "config.pbtxt"
 
@@ -242,14 +244,15 @@ class Sink:
         return False
 
 
-class Result:
-    """tritonclient's InferResult as far as `parse_response` reads it."""
-
-    def __init__(self, outputs: Outputs) -> None:
-        self._outputs = outputs
-
-    def as_numpy(self, name: str) -> Array | None:
-        return self._outputs.get(name)
+def response_of(outputs: Outputs) -> service_pb2.ModelInferResponse:
+    """The `ModelInferResponse` Triton makes of what the BLS model sent: its outputs in the
+    table's order, each in its raw wire form."""
+    response = service_pb2.ModelInferResponse(model_name="llm")
+    for spec in LLM_OUTPUTS:
+        if spec.name in outputs:
+            response.outputs.add(name=spec.name, datatype=spec.datatype, shape=list(outputs[spec.name].shape))
+            response.raw_output_contents.append(raw_contents(outputs[spec.name], spec.datatype))
+    return response
 
 
 @pytest.mark.parametrize(
@@ -273,7 +276,7 @@ async def test_what_the_bls_model_answers_the_gateway_reads(request_: Generation
         if spec.name not in outputs:
             continue
         assert outputs[spec.name].dtype == np.dtype(spec.dtype) and outputs[spec.name].ndim == 1, spec.name
-    assert parse_response(Result(outputs)) == GenerationDelta(
+    assert parse_response(response_of(outputs)) == GenerationDelta(
         text="héllo",
         token_ids=(5, 6, 7),
         finish_reason="length",
@@ -289,5 +292,5 @@ async def test_a_request_that_does_not_ask_gets_no_logprob_tensors() -> None:
     await LlmPipeline(OneResponseStages((5, 6, 7), "héllo")).run("r2", DictTensorSource(served(plain)), sink)
     [(outputs, _, _)] = sink.sent
     assert outputs is not None and tuple(outputs) == LLM_ALWAYS_OUTPUT_NAMES
-    delta = parse_response(Result(outputs))
+    delta = parse_response(response_of(outputs))
     assert delta.logprobs is None and delta.prompt_logprobs is None

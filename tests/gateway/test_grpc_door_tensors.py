@@ -20,7 +20,7 @@ from contracts.generation import BackendError, BackendUnavailable, GenerationReq
 from contracts.llm_tensors import LLM_INPUTS, LLM_OUTPUT_NAMES, LLM_OUTPUTS, STREAM
 from engine.request import RequestClass, SamplingParams
 from gateway.grpc_door.status import door_status
-from gateway.grpc_door.tensors import DOOR_INPUTS, infer_response, parse_request, split_bytes
+from gateway.grpc_door.tensors import DOOR_INPUTS, infer_response, parse_request
 from router.triton_backend import build_inputs
 
 Tensor: Any = service_pb2.ModelInferRequest.InferInputTensor
@@ -101,11 +101,6 @@ def test_a_gateway_only_request_parameter_is_refused() -> None:
     with pytest.raises(ApiError) as refused:
         parse_request(message)
     assert refused.value.param == "cache_namespace"
-
-
-def test_split_bytes_never_reads_past_the_end() -> None:
-    assert split_bytes(raw_bytes(b"ab", b"")) == [b"ab", b""]
-    assert split_bytes(b"\x01\x00") is None and split_bytes(b"\xff\xff\xff\xffab") is None
 
 
 def test_a_response_reads_back_as_llm_s_through_tritonclient() -> None:

@@ -1,5 +1,5 @@
 """Structured output and log-probabilities through a real tritonserver (`llm` → `cpu_engine`), as
-the gateway sends them (router/triton_backend.build_inputs) and reads them (parse_response):
+the gateway sends them (router/triton_backend.build_inputs) and reads them (router/llm_response.parse_response):
 the reply parses as the schema says, failover resumes it token for token, a bad schema is a
 refusal with llguidance's reason, and log-probabilities come only when asked."""
 
@@ -16,7 +16,8 @@ import tritonclient.grpc.aio as grpcclient
 
 from contracts.generation import GenerationDelta, GenerationRequest, Logprobs
 from contracts.guided_grammar import json_schema_grammar
-from router.triton_backend import build_inputs, parse_response
+from router.llm_response import parse_response
+from router.triton_backend import build_inputs
 
 if TYPE_CHECKING:  # conftest modules are not importable under --import-mode=importlib
     from conftest import TritonPool
@@ -56,7 +57,7 @@ async def stream(pool: TritonPool, request: GenerationRequest) -> Streamed:
             if error is not None:
                 got.error = str(error)
                 break
-            delta = parse_response(result)
+            delta = parse_response(result.get_response())
             got.deltas.append(delta)
             if delta.finish_reason:
                 break

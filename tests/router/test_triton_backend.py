@@ -12,7 +12,7 @@ from typing import Any
 import grpc
 import numpy as np
 import pytest
-from tritonclient.grpc import InferInput
+from tritonclient.grpc import InferInput, InferResult, service_pb2
 from tritonclient.utils import InferenceServerException, deserialize_bytes_tensor
 
 from contracts.generation import (
@@ -23,26 +23,29 @@ from contracts.generation import (
     RequestRejected,
     Usage,
 )
+from contracts.llm_tensors import LLM_OUTPUTS
 from contracts.token_ids import PackedTokenIds
+from contracts.triton_wire import raw_contents
 from router.triton_backend import TritonBackend, build_inputs
 
 REQUEST = GenerationRequest(request_id="r1", model_id="small", prompt="héllo", max_tokens=5)
 
 
-class FakeResult:
-    """Answers `as_numpy` like tritonclient's InferResult (None for an absent output)."""
-
-    def __init__(self, **outputs: np.ndarray[Any, Any]) -> None:
-        self.outputs = outputs
-
-    def as_numpy(self, name: str) -> np.ndarray[Any, Any] | None:
-        return self.outputs.get(name)
+def response_of(**outputs: np.ndarray[Any, Any]) -> InferResult:
+    """A real `llm` response carrying `outputs` (in the table's order, as the server sends
+    them), as tritonclient's stream hands it over."""
+    response = service_pb2.ModelInferResponse(model_name="llm")
+    for spec in LLM_OUTPUTS:
+        if spec.name in outputs:
+            response.outputs.add(name=spec.name, datatype=spec.datatype, shape=list(outputs[spec.name].shape))
+            response.raw_output_contents.append(raw_contents(outputs[spec.name], spec.datatype))
+    return InferResult(response)
 
 
 def llm_response(
     text: str = "", token_ids: Sequence[int] = (), finish: str = "", completion: int = 0
-) -> tuple[FakeResult, None]:
-    result = FakeResult(
+) -> tuple[InferResult, None]:
+    result = response_of(
         text_output=np.array([text.encode()], dtype=np.object_),
         output_token_ids=np.array(token_ids, dtype=np.int32),
         finish_reason=np.array([finish.encode()], dtype=np.object_),
@@ -218,7 +221,7 @@ async def test_every_stream_carries_the_inference_headers() -> None:
 
 
 async def test_absent_outputs_read_as_empty() -> None:
-    bare = FakeResult(finish_reason=np.array([b"stop"], dtype=np.object_))
+    bare = response_of(finish_reason=np.array([b"stop"], dtype=np.object_))
     assert await collect(make_backend(FakeClient([(bare, None)]))) == [GenerationDelta(finish_reason="stop")]
 
 
