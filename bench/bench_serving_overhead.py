@@ -19,11 +19,13 @@ holds `--streams` replies (12) of `--reply-tokens` tokens (1,000; 200-token prom
 
 CPU per process is utime + stime from /proc before and after the window
 (bench/serving_processes.py finds tritonserver, each Python backend stub by its model, the
-gateway's workers, Redis and the client). Before any variant, the stack is measured idle for
-`idle_s` (10 s): what each process spends with nothing streaming (a server host probing its
-server ten times a second, a gateway worker's view of the fleet) is per server or per worker,
-not per response, so the headline figures are what streaming *added* (`less_idle`); the gross
-figures, idle work included, sit beside them (`*_gross`). The engine stub's step thread is named `engine-step`
+gateway's workers, Redis and the client). The stack is also measured idle for `idle_s` (10 s)
+before the variants and again after them, each process at the lower of its two rates (a
+transient in one window, say a worker's first refresh after the start, is not idle work):
+what each process spends with nothing streaming (a server host probing its server ten times a
+second, a gateway worker's view of the fleet) is per server or per worker, not per response,
+so the headline figures are what streaming *added* (`less_idle`); the gross figures, idle work
+included, sit beside them (`*_gross`). The engine stub's step thread is named `engine-step`
 in the OS, so its CPU (the engine's own work) is read apart from the stub's other threads
 (Triton's execute, the sender). The relay is everything between the engine's step and the
 client: tritonserver + every stub + the gateway's workers, less the engine step thread;
@@ -117,7 +119,7 @@ def _idle(stack: Stack, settings: Settings) -> WindowCpu:
     return window_cpu(processes, before, snapshot(processes, engines))
 
 
-def _live(stack: Stack, name: str, spec: ClientSpec, settings: Settings, idle: WindowCpu) -> Variant:
+def _live(stack: Stack, name: str, spec: ClientSpec, settings: Settings) -> tuple[str, ClientReport, WindowCpu]:
     """Run the client, wait until every slot streams and the warm-up, measure `seconds`."""
     assert stack.gateway is not None and stack.gateway.pid is not None
     processes = find_serving_processes(os.getpid(), stack.gateway.pid, via_gateway=spec.path == "gateway")
@@ -143,8 +145,7 @@ def _live(stack: Stack, name: str, spec: ClientSpec, settings: Settings, idle: W
         client.join(timeout=15)
         if client.is_alive():
             client.kill()
-    cpu = window_cpu(measured, before, after)
-    return Variant(name, report, cpu, cpu.less_idle(idle))
+    return name, report, window_cpu(measured, before, after)
 
 
 def measure(settings: Settings, base: SwitchyardConfig | None = None) -> dict[str, Any]:
@@ -156,19 +157,20 @@ def measure(settings: Settings, base: SwitchyardConfig | None = None) -> dict[st
     prompt_ids = tuple(tuple(tokenizer.encode(p).ids) for p in prompts)
     load_before = os.getloadavg()
     stack, teams = start_stack(config)
-    variants: list[Variant] = []
+    windows: list[tuple[str, ClientReport, WindowCpu]] = []
     alone: EngineAloneResult | None = None
     try:
-        idle = _idle(stack, settings)
+        idle_before = _idle(stack, settings)
         api_key = teams["bench"]["Authorization"].removeprefix("Bearer ")
         host, port = config.gateway.host, stack.gateway_port
         gateway = ClientSpec("gateway", host, port, api_key, POOL, prompts, prompt_ids, settings.reply_tokens)
-        variants.append(_live(stack, "gateway + triton", gateway, settings, idle))
+        windows.append(_live(stack, "gateway + triton", gateway, settings))
         if settings.direct:
             key = config.triton_inference_key()
             grpc_port = config.pools[POOL].ports.grpc
             direct = ClientSpec("triton", "127.0.0.1", grpc_port, key, POOL, prompts, prompt_ids, settings.reply_tokens)
-            variants.append(_live(stack, "triton direct", direct, settings, idle))
+            windows.append(_live(stack, "triton direct", direct, settings))
+        idle = idle_before.quieter(_idle(stack, settings))
         if config.serving.target == "cpu":  # elsewhere the stack's engine is not the one here
             alone = run_engine_alone(
                 config.model_dir(POOL),
@@ -180,6 +182,7 @@ def measure(settings: Settings, base: SwitchyardConfig | None = None) -> dict[st
             )
     finally:
         stack.stop()
+    variants = [Variant(name, report, cpu, cpu.less_idle(idle)) for name, report, cpu in windows]
     pool = config.pools[POOL]
     meta = {
         "label": settings.label,

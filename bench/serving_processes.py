@@ -149,6 +149,17 @@ class WindowCpu:
             return None
         return sum(s for role, s in self.by_role.items() if role in self.relay_roles) - self.engine_thread_s
 
+    def quieter(self, other: WindowCpu) -> WindowCpu:
+        """Of two idle windows, each process's lower rate, scaled to this window's length: a
+        process caught at a transient in one (a worker's first refresh after the start, a
+        flush after the last stream) is read from the other."""
+        scale = self.wall_s / other.wall_s
+        by_role = {role: min(s, other.by_role.get(role, s / scale) * scale) for role, s in self.by_role.items()}
+        engine = self.engine_thread_s
+        if engine is not None and other.engine_thread_s is not None:
+            engine = min(engine, other.engine_thread_s * scale)
+        return WindowCpu(self.wall_s, by_role, self.relay_roles, engine)
+
     def less_idle(self, idle: WindowCpu) -> WindowCpu:
         """What streaming added: each process's CPU less what it spends idle over as long a
         window (`idle`: the same stack with nothing streaming). A server host probing its

@@ -82,6 +82,18 @@ def test_what_streaming_added_is_each_process_less_its_idle_rate() -> None:
     assert busy.relay_s is not None and added.relay_s < busy.relay_s
 
 
+def test_of_two_idle_windows_each_process_is_read_at_its_lower_rate() -> None:
+    processes = [ServingProcess("gateway worker 0", 1, relay=True), ServingProcess("stub llm", 2, relay=True)]
+    zero = CpuSnapshot(0.0, {1: 0.0, 2: 0.0}, {2: 0.0})
+    # The first window (10 s) caught the worker's first refresh; the second (20 s) a stub's flush.
+    first = window_cpu(processes, zero, CpuSnapshot(10.0, {1: 0.9, 2: 0.1}, {2: 0.01}))
+    second = window_cpu(processes, zero, CpuSnapshot(20.0, {1: 0.2, 2: 0.6}, {2: 0.0}))
+    idle = first.quieter(second)
+    assert idle.wall_s == 10.0
+    assert idle.by_role == pytest.approx({"gateway worker 0": 0.1, "stub llm": 0.1})
+    assert idle.engine_thread_s == pytest.approx(0.0)
+
+
 @pytest.mark.integration
 def test_a_quick_run_measures_every_process_of_the_path(tmp_path: Path) -> None:
     path = tmp_path / "serving_overhead.json"
