@@ -23,6 +23,7 @@ from config.batched_scripts import BatchedScripts
 from config.redis_client import redis_client as gateway_redis_client
 from config.replica_acks import ReplicaAcks
 from config.settings import SwitchyardConfig, load_config
+from config.startup_heap import freeze_startup_heap
 from contracts.catalog import ModelCatalog
 from contracts.chat_template import ChatTemplates
 from contracts.generation import GenerationBackend
@@ -176,6 +177,8 @@ def create_app(
                         metrics=app.state.metrics, workers=settings.workers,
                     )
                 )  # fmt: skip
+            if settings.freeze_heap:  # what start-up built lives as long as the worker: out of full GCs
+                freeze_startup_heap()
             try:
                 yield
             finally:

@@ -40,7 +40,7 @@ def serve(
     port = port or settings.port or config.gateway.port
     # The gRPC door (gateway/grpc_door/server.py): each worker serves it from its lifespan.
     grpc_port = settings.grpc_port or config.gateway.grpc_port
-    settings = settings.model_copy(update={"grpc_port": grpc_port})
+    settings = settings.model_copy(update={"grpc_port": grpc_port, "freeze_heap": True})
     raise_open_files_limit()  # a socket per open stream; the workers inherit it
     options = {
         "host": host,
@@ -62,6 +62,7 @@ def serve(
     if grpc_port is not None:  # the workers share it with SO_REUSEPORT: never with another gateway
         _refuse_if_in_use(host, grpc_port)
         os.environ["SWITCHYARD_GRPC_PORT"] = str(grpc_port)
+    os.environ["SWITCHYARD_FREEZE_HEAP"] = "1"
     # Workers are fresh processes that build the app from the environment: hand them this
     # exact configuration through a file.
     os.environ["SWITCHYARD_CONFIG"] = str(dump_config(config, config.var_path / "run" / "gateway.yaml"))

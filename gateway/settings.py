@@ -25,6 +25,10 @@ class GatewaySettings(BaseSettings):
     # The gRPC front door's port (`serve()` sets it from the file's `gateway.grpc_port`); None:
     # the app serves HTTP only (an app built by a test, say).
     grpc_port: Annotated[int, Field(ge=1, le=65535)] | None = None
+    # Freeze what start-up built out of the collector's full passes (config/startup_heap.py):
+    # `serve()` sets it for its workers, processes of their own; an app a test builds in its
+    # own process leaves the test runner's heap alone.
+    freeze_heap: bool = False
     # Gateway worker processes on the one port (state they share lives in Redis).
     workers: Annotated[int, Field(ge=1, le=64)] = 1
     # Retry-After sent with 503s, in seconds.

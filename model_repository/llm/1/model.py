@@ -8,6 +8,7 @@ import triton_python_backend_utils as pb_utils
 from bls.llm_model import LlmModel
 from bls.model_config import require_decoupled
 from bls.stub_faults import enable_fault_log
+from config.startup_heap import freeze_startup_heap
 
 
 class TritonPythonModel:
@@ -16,6 +17,7 @@ class TritonPythonModel:
         config = json.loads(args["model_config"])
         require_decoupled(config, True)
         self._model = LlmModel.on_triton(pb_utils, config, args["model_name"], args["model_version"])
+        freeze_startup_heap()  # the model, tokenizer and engine: out of the collector's full passes
 
     async def execute(self, requests):
         await self._model.execute(requests)
