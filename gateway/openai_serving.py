@@ -184,28 +184,28 @@ async def stream_chunks(
     cancels the request, as on /v1/generate."""
     seen = 0
     with reading(entry, registry):
-        for event in writer.opening():
-            yield event
+        # The chunks ready at once go out together, one socket write (as on /v1/generate).
+        ready = list(writer.opening())
         while True:
-            while seen < len(entry.deltas):
-                delta = entry.deltas[seen]
-                seen += 1
-                for event in writer.delta(delta):
-                    yield event
+            for delta in entry.deltas[seen:]:
+                ready.extend(writer.delta(delta))
+            seen = len(entry.deltas)
             if entry.done:
                 break
+            if ready:
+                yield b"".join(ready)
+                ready = []
             if not await entry.wait_changed(seen, timeout=heartbeat_s):
                 yield HEARTBEAT
         try:
             reason = finish_reason(entry)
         except Exception as exc:  # the stream has started: report in-band
-            yield sse_event(error_payload(exc), event="error")
+            yield b"".join([*ready, sse_event(error_payload(exc), event="error")])
             return
-        for event in writer.finish(reason):
-            yield event
+        ready.extend(writer.finish(reason))
         if include_usage:
-            yield writer.usage(entry.usage)
-        yield DONE
+            ready.append(writer.usage(entry.usage))
+        yield b"".join([*ready, DONE])
 
 
 async def reply(

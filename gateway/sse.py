@@ -31,27 +31,32 @@ def sse_event(data: dict[str, Any], event: str | None = None) -> bytes:
 
 async def stream_events(entry: InflightRequest, registry: RequestRegistry, heartbeat_s: float) -> AsyncIterator[bytes]:
     """The SSE body of one request. If the response closes before the request ends (the
-    client went away), the request is cancelled, which frees the server's KV."""
+    client went away), the request is cancelled, which frees the server's KV.
+
+    The events ready at once go out as one chunk (one socket write): every delta that arrived
+    since the last, and the end (the final event and [DONE]) with the last deltas. A short
+    reply often arrives whole, and each write is a system call of the worker's."""
     request_id = entry.public_id
     seen = 0
     with reading(entry, registry):
         while True:
-            while seen < len(entry.deltas):
-                delta = entry.deltas[seen]
-                seen += 1
-                yield sse_event({"request_id": request_id, "text": delta.text, "token_ids": list(delta.token_ids)})
+            ready = [
+                sse_event({"request_id": request_id, "text": delta.text, "token_ids": list(delta.token_ids)})
+                for delta in entry.deltas[seen:]
+            ]
+            seen += len(ready)
             if entry.done:
-                break
+                yield b"".join([*ready, _ending(entry, request_id)])
+                return
+            if ready:
+                yield b"".join(ready)
             if not await entry.wait_changed(seen, timeout=heartbeat_s):
                 yield HEARTBEAT
-        if entry.error is not None:
-            yield sse_event({"request_id": request_id, **error_payload(entry.error)}, event="error")
-            return
-        final = {
-            "request_id": request_id,
-            "text": "",
-            "stop_reason": entry.stop_reason,
-            "usage": entry.usage.as_dict(),
-        }
-        yield sse_event(final)
-        yield DONE
+
+
+def _ending(entry: InflightRequest, request_id: str) -> bytes:
+    """The error event, or the final event with the usage and [DONE]."""
+    if entry.error is not None:
+        return sse_event({"request_id": request_id, **error_payload(entry.error)}, event="error")
+    final = {"request_id": request_id, "text": "", "stop_reason": entry.stop_reason, "usage": entry.usage.as_dict()}
+    return sse_event(final) + DONE

@@ -13,7 +13,9 @@ import httpx
 import uvicorn
 from fastapi import FastAPI
 
-from gateway.sse import sse_event
+from contracts.generation import GenerationDelta, GenerationRequest
+from gateway.requests_registry import InflightRequest
+from gateway.sse import sse_event, stream_events
 
 
 def test_event_is_one_data_line_even_with_newlines_in_the_text() -> None:
@@ -61,3 +63,34 @@ async def test_hanging_up_under_uvicorn_cancels_the_request(
         await asyncio.wait_for(serving, timeout=5)
         sock.close()
     assert backend.closed_backend
+
+
+class _NoCancels:
+    """stream_events' registry: only asked to cancel when its last reader leaves early."""
+
+    def cancel_soon(self, request_id: str) -> None:
+        raise AssertionError(f"{request_id} cancelled: it had ended")
+
+
+async def test_events_ready_at_once_go_out_as_one_chunk() -> None:
+    """A reply that arrived whole is one socket write: its deltas, the final event and [DONE];
+    one that arrives in two parts, two."""
+    request = GenerationRequest(request_id="r", model_id="m", prompt="p", max_tokens=3)
+    whole = InflightRequest(request, prompt_tokens=1, started_at=0.0)
+    for text, token in (("a", 1), ("b", 2)):
+        whole.apply(GenerationDelta(text=text, token_ids=(token,)), now=0.0)
+    whole.finish("length")
+    chunks = [c async for c in stream_events(whole, _NoCancels(), heartbeat_s=5.0)]  # type: ignore[arg-type]
+    assert len(chunks) == 1
+    events = chunks[0].split(b"\n\n")[:-1]
+    assert [json.loads(e[len(b"data: ") :])["text"] for e in events[:3]] == ["a", "b", ""]
+    assert events[3] == b"data: [DONE]"
+
+    parted = InflightRequest(request, prompt_tokens=1, started_at=0.0)
+    parted.apply(GenerationDelta(text="a", token_ids=(1,)), now=0.0)
+    stream = stream_events(parted, _NoCancels(), heartbeat_s=5.0)  # type: ignore[arg-type]
+    first = await anext(stream)
+    parted.apply(GenerationDelta(text="b", token_ids=(2,)), now=0.0)
+    parted.finish("length")
+    rest = [c async for c in stream]
+    assert first.count(b"data: ") == 1 and len(rest) == 1 and rest[0].count(b"data: ") == 3
