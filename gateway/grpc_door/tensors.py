@@ -17,7 +17,8 @@ output, in order); a stream's responses also carry the `triton_final_response` p
 
 Which inputs a client may send, the body field each fills, and every tensor's datatype and
 shape come from `llm`'s one table (contracts/llm_tensors.py); this file only speaks Triton's
-wire forms (raw little-endian contents, typed contents, length-prefixed BYTES).
+wire forms (typed contents here; raw contents and length-prefixed BYTES through
+contracts/triton_wire.py).
 """
 
 from __future__ import annotations

@@ -225,6 +225,13 @@ async def test_absent_outputs_read_as_empty() -> None:
     assert await collect(make_backend(FakeClient([(bare, None)]))) == [GenerationDelta(finish_reason="stop")]
 
 
+async def test_contents_no_llm_sends_are_a_backend_error() -> None:
+    mangled = response_of(output_token_ids=np.array([1], dtype=np.int32))
+    mangled.get_response().raw_output_contents[0] = b"\x01\x00"  # half an INT32
+    with pytest.raises(BackendError, match="output_token_ids"):
+        await collect(make_backend(FakeClient([(mangled, None)])))
+
+
 async def test_triton_error_is_a_backend_error() -> None:
     client = FakeClient([llm_response("a", [1]), (None, InferenceServerException("engine failed"))])
     with pytest.raises(BackendError, match="server 'small': engine failed"):
