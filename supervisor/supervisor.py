@@ -37,7 +37,8 @@ hand is replaced, as a Deployment replaces a pod. Relaunches of a server that ke
 before it is ready back off (1 s, 2 s, 4 s ... up to max_restart_backoff_s).
 
 Fencing (fleet_state/epochs.py): each launch takes a new registration epoch, which every
-registry write made for it here carries (its process is not given it yet: docs/network.md).
+registry write made for it here carries, and so do its process's load reports and drain
+(`switchyard triton --epoch`; docs/network.md).
 A supervisor judges a server dead only by a fresh look at it (its load report, or the server
 itself), and kills what it replaces, on its own host, before relaunching it.
 So the one way to two copies of an id is a second registration elsewhere while this host was
