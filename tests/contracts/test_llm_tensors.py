@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from google.protobuf import text_format
-from tritonclient.grpc import InferInput, model_config_pb2, service_pb2
+from tritonclient.grpc import InferInput, model_config_pb2
 from tritonclient.utils import deserialize_bytes_tensor, triton_to_np_dtype
 
 from bls.llm_pipeline import LlmPipeline
@@ -41,10 +41,10 @@ from contracts.llm_tensors import (
 )
 from contracts.schemas import GenerateBody
 from contracts.token_ids import PackedTokenIds
-from contracts.triton_wire import raw_contents
 from engine.request import EngineRequest, FinishReason, RequestClass, RequestOutput, SamplingParams, TokenLogprobs
 from router.llm_response import parse_response
 from router.triton_backend import build_inputs
+from tests.router.llm_responses import response_of
 
 LLM_CONFIG = Path(__file__).resolve().parents[2] / "model_repository" / "llm" / "config.pbtxt"
 
@@ -242,17 +242,6 @@ class Sink:
 
     def is_cancelled(self) -> bool:
         return False
-
-
-def response_of(outputs: Outputs) -> service_pb2.ModelInferResponse:
-    """The `ModelInferResponse` Triton makes of what the BLS model sent: its outputs in the
-    table's order, each in its raw wire form."""
-    response = service_pb2.ModelInferResponse(model_name="llm")
-    for spec in LLM_OUTPUTS:
-        if spec.name in outputs:
-            response.outputs.add(name=spec.name, datatype=spec.datatype, shape=list(outputs[spec.name].shape))
-            response.raw_output_contents.append(raw_contents(outputs[spec.name], spec.datatype))
-    return response
 
 
 @pytest.mark.parametrize(

@@ -10,31 +10,22 @@ import pytest
 from tritonclient.grpc import InferResult, service_pb2
 
 from contracts.generation import GenerationDelta, Logprobs, Usage
-from contracts.llm_tensors import LLM_OUTPUTS
-from contracts.triton_wire import raw_contents
 from router.llm_response import parse_response
-
-
-def response_of(**outputs: np.ndarray[Any, Any]) -> service_pb2.ModelInferResponse:
-    response = service_pb2.ModelInferResponse(model_name="llm")
-    for spec in LLM_OUTPUTS:
-        if spec.name in outputs:
-            response.outputs.add(name=spec.name, datatype=spec.datatype, shape=list(outputs[spec.name].shape))
-            response.raw_output_contents.append(raw_contents(outputs[spec.name], spec.datatype))
-    return response
-
+from tests.router.llm_responses import response_of
 
 FULL = response_of(
-    text_output=np.array(["héllo 🚀".encode()], dtype=np.object_),
-    output_token_ids=np.array([5, 6, 7], dtype=np.int32),
-    finish_reason=np.array([b"length"], dtype=np.object_),
-    prompt_tokens=np.array([4], dtype=np.int32),
-    cached_tokens=np.array([2], dtype=np.int32),
-    completion_tokens=np.array([3], dtype=np.int32),
-    discarded_tokens=np.array([1], dtype=np.int32),
-    output_token_logprobs=np.array([-0.5, -1.0, -1.5], dtype=np.float32),
-    output_top_logprob_ids=np.array([9, 8], dtype=np.int32),
-    output_top_logprobs=np.array([-0.25, -0.75], dtype=np.float32),
+    dict(
+        text_output=np.array(["héllo 🚀".encode()], dtype=np.object_),
+        output_token_ids=np.array([5, 6, 7], dtype=np.int32),
+        finish_reason=np.array([b"length"], dtype=np.object_),
+        prompt_tokens=np.array([4], dtype=np.int32),
+        cached_tokens=np.array([2], dtype=np.int32),
+        completion_tokens=np.array([3], dtype=np.int32),
+        discarded_tokens=np.array([1], dtype=np.int32),
+        output_token_logprobs=np.array([-0.5, -1.0, -1.5], dtype=np.float32),
+        output_top_logprob_ids=np.array([9, 8], dtype=np.int32),
+        output_top_logprobs=np.array([-0.25, -0.75], dtype=np.float32),
+    )
 )
 
 
@@ -55,14 +46,14 @@ def test_every_output_reads_as_tritonclient_reads_it() -> None:
 
 
 def test_absent_outputs_read_as_empty() -> None:
-    assert parse_response(response_of(finish_reason=np.array([b"stop"], dtype=np.object_))) == GenerationDelta(
+    assert parse_response(response_of({"finish_reason": np.array([b"stop"], dtype=np.object_)})) == GenerationDelta(
         finish_reason="stop"
     )
-    assert parse_response(response_of()) == GenerationDelta()
+    assert parse_response(response_of({})) == GenerationDelta()
 
 
 def test_text_cut_inside_a_character_is_replaced_not_refused() -> None:
-    cut = response_of(text_output=np.array(["é".encode()[:1]], dtype=np.object_))
+    cut = response_of({"text_output": np.array(["é".encode()[:1]], dtype=np.object_)})
     assert parse_response(cut).text == "\ufffd"
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import grpc
 import numpy as np
 import pytest
-from tritonclient.grpc import InferInput, InferResult, service_pb2
+from tritonclient.grpc import InferInput, InferResult
 from tritonclient.utils import InferenceServerException, deserialize_bytes_tensor
 
 from contracts.generation import (
@@ -23,35 +23,27 @@ from contracts.generation import (
     RequestRejected,
     Usage,
 )
-from contracts.llm_tensors import LLM_OUTPUTS
 from contracts.token_ids import PackedTokenIds
-from contracts.triton_wire import raw_contents
 from router.triton_backend import TritonBackend, build_inputs
+from tests.router.llm_responses import response_of
 
 REQUEST = GenerationRequest(request_id="r1", model_id="small", prompt="héllo", max_tokens=5)
-
-
-def response_of(**outputs: np.ndarray[Any, Any]) -> InferResult:
-    """A real `llm` response carrying `outputs` (in the table's order, as the server sends
-    them), as tritonclient's stream hands it over."""
-    response = service_pb2.ModelInferResponse(model_name="llm")
-    for spec in LLM_OUTPUTS:
-        if spec.name in outputs:
-            response.outputs.add(name=spec.name, datatype=spec.datatype, shape=list(outputs[spec.name].shape))
-            response.raw_output_contents.append(raw_contents(outputs[spec.name], spec.datatype))
-    return InferResult(response)
 
 
 def llm_response(
     text: str = "", token_ids: Sequence[int] = (), finish: str = "", completion: int = 0
 ) -> tuple[InferResult, None]:
-    result = response_of(
-        text_output=np.array([text.encode()], dtype=np.object_),
-        output_token_ids=np.array(token_ids, dtype=np.int32),
-        finish_reason=np.array([finish.encode()], dtype=np.object_),
-        prompt_tokens=np.array([4], dtype=np.int32),
-        cached_tokens=np.array([2], dtype=np.int32),
-        completion_tokens=np.array([completion], dtype=np.int32),
+    result = InferResult(
+        response_of(
+            dict(
+                text_output=np.array([text.encode()], dtype=np.object_),
+                output_token_ids=np.array(token_ids, dtype=np.int32),
+                finish_reason=np.array([finish.encode()], dtype=np.object_),
+                prompt_tokens=np.array([4], dtype=np.int32),
+                cached_tokens=np.array([2], dtype=np.int32),
+                completion_tokens=np.array([completion], dtype=np.int32),
+            )
+        )
     )
     return result, None
 
@@ -221,12 +213,12 @@ async def test_every_stream_carries_the_inference_headers() -> None:
 
 
 async def test_absent_outputs_read_as_empty() -> None:
-    bare = response_of(finish_reason=np.array([b"stop"], dtype=np.object_))
+    bare = InferResult(response_of({"finish_reason": np.array([b"stop"], dtype=np.object_)}))
     assert await collect(make_backend(FakeClient([(bare, None)]))) == [GenerationDelta(finish_reason="stop")]
 
 
 async def test_contents_no_llm_sends_are_a_backend_error() -> None:
-    mangled = response_of(output_token_ids=np.array([1], dtype=np.int32))
+    mangled = InferResult(response_of({"output_token_ids": np.array([1], dtype=np.int32)}))
     mangled.get_response().raw_output_contents[0] = b"\x01\x00"  # half an INT32
     with pytest.raises(BackendError, match="output_token_ids"):
         await collect(make_backend(FakeClient([(mangled, None)])))
