@@ -78,6 +78,9 @@ class GenerationInput:
     seed: int | None = None
     ignore_eos: bool = False
     door: str = "http"  # the protocol it came through (`grpc`: the front door), a usage label
+    # The reply goes out as it is written (a stream), or whole: what a failure bills (a whole
+    # reply that fails reached no one).
+    stream: bool = False
     # The grammar the reply follows (contracts/guided_grammar.py); checked in `start`, its
     # problem a 400 naming `grammar_param` (the field the caller built it with).
     guided_grammar: str | None = None
@@ -87,9 +90,10 @@ class GenerationInput:
     prompt_logprobs: int | None = None
 
 
-def generation_input(body: GenerateBody, door: str = "http") -> GenerationInput:
+def generation_input(body: GenerateBody, door: str = "http", *, stream: bool | None = None) -> GenerationInput:
     """What a validated `/v1/generate` body asks for (the gRPC door validates its tensors as
-    one, so both doors take exactly the same values)."""
+    one, so both doors take exactly the same values). `stream`: how the reply goes out, when
+    not as the body says (the gRPC door's ModelInfer answers whole)."""
     return GenerationInput(
         model=body.model,
         prompt=body.prompt,
@@ -103,6 +107,7 @@ def generation_input(body: GenerateBody, door: str = "http") -> GenerationInput:
         seed=body.seed,
         ignore_eos=body.ignore_eos,
         door=door,
+        stream=body.stream if stream is None else stream,
         guided_grammar=None if body.response_format is None else body.response_format.grammar(),
     )
 
@@ -180,6 +185,7 @@ class GenerationService:
             raise request_conflict(public_id, "was already used with a different body; send a new request_id")
         if claim.state is not ClaimState.NEW:
             if local is not None:  # running in this process: one more reader of it
+                local.streamed = local.streamed or inp.stream
                 return local
             if claim.state is ClaimState.DONE and claim.result is not None:
                 return self._registry.attach(scoped, public_id, model.model_id, _stored(claim.result, 0))
@@ -242,6 +248,7 @@ class GenerationService:
         except RequestIdInUse:
             await self._admission.release(lease)
             raise request_conflict(public_id, "is already in flight; wait for it to end") from None
+        entry.streamed = inp.stream  # before its pump first runs, so before it can end
         lifecycle.keep_lease_alive(entry)
         return entry
 

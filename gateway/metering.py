@@ -95,10 +95,17 @@ class Metering:
 
 
 def request_usage(
-    entry: InflightRequest, *, team_id: str, request_class: str, record_id: str, ended_at: float
+    entry: InflightRequest,
+    *,
+    team_id: str,
+    request_class: str,
+    record_id: str,
+    ended_at: float,
+    delivered: bool = True,
 ) -> UsageRecord:
     """What the ended `entry` used, `ended_at` on the clock of its `started_at` (monotonic).
-    `record_id`: its lease's id (one lease per generation: a resent record counts once)."""
+    `record_id`: its lease's id (one lease per generation: a resent record counts once).
+    `delivered` False: its reply reached no one, so its tokens are discarded, not billed."""
     usage = entry.usage
     return usage_formula.request_usage(
         team_id=team_id,
@@ -113,6 +120,7 @@ def request_usage(
         first_token_at=entry.first_token_at,
         ended_at=ended_at,
         record_id=record_id,
+        delivered=delivered,
     )
 
 

@@ -281,6 +281,7 @@ def started_generation(
         top_k=body.top_k,
         seed=body.seed,
         ignore_eos=bool(body.ignore_eos),
+        stream=bool(body.stream),
         guided_grammar=constraints.guided_grammar,
         grammar_param=constraints.grammar_param,
         logprobs=constraints.logprobs,

@@ -160,12 +160,16 @@ class RequestLifecycle:
                     team, public_id, result, keep_s=self._keep_s, followed=self._followed
                 )
 
+        # The bill is what reached the caller: a whole reply that failed reached no one, unless
+        # a stream read it as it came, here or in another process (a repeat that attached).
+        delivered = entry.error is None or entry.streamed or self._followed
         usage = request_usage(
             entry,
             team_id=self._team_id,
             request_class=self._request_class,
             record_id=self._lease.lease_id,  # one lease per generation: a resent record counts once
             ended_at=ended,
+            delivered=delivered,
         )
         steps = (
             until_reachable(end_record, what="the request's final record"),
@@ -186,6 +190,7 @@ class RequestLifecycle:
                 "door": self._door,
                 "status": result["stop_reason"],
                 "borrowed": self._lease.borrowed,
+                "delivered": delivered,
                 "duration_s": round(ended - entry.started_at, 4),
                 "ttft_s": None if first is None else round(first - entry.started_at, 4),
                 **entry.usage.as_dict(),

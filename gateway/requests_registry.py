@@ -76,6 +76,9 @@ class InflightRequest:
         # Connections reading this request (a repeat of its id attaches as one more): a
         # disconnect cancels the request only when it was the last reader.
         self.readers = 0
+        # A caller reads it as a stream (its own or a repeat's): what was sent reached a client
+        # even if the request then fails. A whole reply that fails reached no one.
+        self.streamed = False
         # Someone asked to stop it (DELETE, the last reader gone): a stream that fails after
         # that ends as the cancel asked, not as a failure to retry.
         self.cancel_requested = False

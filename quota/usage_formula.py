@@ -52,20 +52,24 @@ def request_usage(
     first_token_at: float | None,
     ended_at: float,
     record_id: str | None,
+    delivered: bool = True,
 ) -> UsageRecord:
     """The usage record of one ended request, counted as the engine reported it.
 
     `cached_tokens` is capped at `prompt_tokens`: the cached tokens are a part of the prompt
     (`UsageRecord` refuses more), whatever a server reported. `record_id` names the request's one
-    generation, so a record sent again counts once (the gateway uses its lease's id)."""
+    generation, so a record sent again counts once (the gateway uses its lease's id).
+
+    `delivered` False: the reply reached no one (a whole reply that failed): its tokens were
+    the engine's work, metered as discarded and not billed, and its KV was held all the same."""
     return UsageRecord(
         team_id=team_id,
         model_id=model_id,
         request_class=request_class,
         prompt_tokens=prompt_tokens,
         cached_tokens=min(cached_tokens, prompt_tokens),
-        completion_tokens=completion_tokens,
-        discarded_tokens=discarded_tokens,
+        completion_tokens=completion_tokens if delivered else 0,
+        discarded_tokens=discarded_tokens if delivered else discarded_tokens + completion_tokens,
         cancelled=cancelled,
         kv_token_seconds=kv_token_seconds(
             prompt_tokens, completion_tokens, started_at=started_at, first_token_at=first_token_at, ended_at=ended_at

@@ -96,7 +96,7 @@ class InferenceDoor(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ign
             caller = await self._caller(context)
             with self._slot(caller, stream=False):
                 parsed = parse_request(request)
-                entry = await self._start(caller, parsed)
+                entry = await self._start(caller, parsed, stream=False)
                 with reading(entry, self._services.registry):  # the call cancelled: so is the generation
                     await entry.wait_done()
                 if entry.error is not None:
@@ -120,7 +120,7 @@ class InferenceDoor(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ign
             try:
                 with self._slot(caller, stream=True):
                     parsed = parse_request(request)
-                    entry = await self._start(caller, parsed)
+                    entry = await self._start(caller, parsed, stream=parsed.stream)
                     async for response in self._responses(parsed, entry):
                         queue.put_nowait(service_pb2.ModelStreamInferResponse(infer_response=response))
             except Exception as exc:  # that request's failure, not the stream's
@@ -156,10 +156,11 @@ class InferenceDoor(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ign
 
     # -- the shared path -----------------------------------------------------------------------
 
-    async def _start(self, caller: _Caller, parsed: DoorRequest) -> InflightRequest:
+    async def _start(self, caller: _Caller, parsed: DoorRequest, *, stream: bool) -> InflightRequest:
+        """`stream`: its responses go out as they come (ModelInfer's never do)."""
         body = parsed.body
         return await self._services.generation.start(
-            caller.principal, generation_input(body, door=DOOR), body_digest(body)
+            caller.principal, generation_input(body, door=DOOR, stream=stream), body_digest(body)
         )
 
     async def _responses(self, parsed: DoorRequest, entry: InflightRequest) -> AsyncIterator[Any]:

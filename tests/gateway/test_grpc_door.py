@@ -121,6 +121,23 @@ async def test_a_whole_reply_equals_http_and_is_metered_once_under_the_grpc_door
     assert sum(row["requests"] for row in usage["data"]) == 2
 
 
+async def test_a_whole_reply_that_fails_after_text_bills_no_completion(
+    triton: triton_aio.InferenceServerClient,
+    client: httpx.AsyncClient,
+    team_key: str,
+    app: FastAPI,
+    backend: FakeBackend,
+) -> None:
+    """ModelInfer answers whole even when the `stream` input says true: a failure after text
+    reached no one, so its 3 tokens are discarded, not billed (as on /v1/generate)."""
+    backend.error_after = 2
+    with pytest.raises(InferenceServerException):
+        await triton.infer("small", llm_inputs(stream=([True], "BOOL")), headers=bearer(team_key))
+    await app.state.services.registry.settled()
+    rows = (await client.get("/v1/usage")).json()["data"]
+    assert [(row["requests"], row["completion_tokens"], row["discarded_tokens"]) for row in rows] == [(1, 0, 3)]
+
+
 async def test_a_stream_sends_each_delta_then_a_final_response(
     triton: triton_aio.InferenceServerClient, team_key: str, backend: FakeBackend
 ) -> None:

@@ -85,6 +85,12 @@ def test_discarded_tokens_are_metered_apart_and_hold_no_kv_here() -> None:
     assert (rec.completion_tokens, rec.discarded_tokens, rec.kv_token_seconds) == (40, 7, 440.0)
 
 
+def test_a_reply_that_reached_no_one_is_discarded_not_billed_and_held_its_kv() -> None:
+    rec = usage(discarded_tokens=7, delivered=False)
+    assert (rec.completion_tokens, rec.discarded_tokens, rec.kv_token_seconds) == (0, 47, 440.0)
+    assert rec.increments().keys() == {"requests", "prompt_tokens", "discarded_tokens", "kv_token_seconds"}
+
+
 def test_a_clock_that_ran_backwards_counts_no_time() -> None:
     assert kv_token_seconds(100, 40, started_at=14.0, first_token_at=15.0, ended_at=10.0) == 0.0
     # The reply's stretch alone backwards: the prompt still counts.

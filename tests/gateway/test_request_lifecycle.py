@@ -1,0 +1,51 @@
+"""RequestLifecycle on the real app (fake backend, real Redis): the bill is what reached the
+caller. A stream that fails after some text bills that text; a whole reply that fails reached
+no one, so its tokens are metered as discarded and not billed (found by the partitions bench:
+a 502 after 22 generated tokens billed all 22)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+from fastapi import FastAPI
+
+from contracts.generation import BackendError
+
+from .conftest import FakeBackend
+
+BODY = {"model": "small", "prompt": "the quick brown fox", "max_tokens": 3}
+
+
+async def _billed(client: httpx.AsyncClient, app: FastAPI) -> tuple[int, int, int]:
+    """Requests, completion tokens and discarded tokens on team alpha's bill so far."""
+    await app.state.services.registry.settled()  # every ended request's usage written
+    rows = (await client.get("/v1/usage")).raise_for_status().json()["data"]
+    return tuple(sum(row[key] for row in rows) for key in ("requests", "completion_tokens", "discarded_tokens"))
+
+
+async def test_a_whole_reply_that_fails_after_text_bills_no_completion(
+    client: httpx.AsyncClient, app: FastAPI, backend: FakeBackend
+) -> None:
+    backend.error_after = 2  # "Hello" (2 tokens) and ", " (1) generated, then the server fails
+    backend.error = BackendError("server 'x': UNAVAILABLE: Stream removed")
+    for path, body in (("/v1/generate", BODY), ("/v1/completions", BODY)):
+        reply = await client.post(path, json=body)
+        assert reply.status_code == 502, reply.text
+    assert await _billed(client, app) == (2, 0, 6)  # the 3 generated tokens of each: discarded
+
+
+async def test_a_stream_that_fails_after_text_bills_the_text_it_sent(
+    client: httpx.AsyncClient, app: FastAPI, backend: FakeBackend, sse: Any
+) -> None:
+    backend.error_after = 2
+    backend.error = BackendError("server 'x': UNAVAILABLE: Stream removed")
+    for path in ("/v1/generate", "/v1/completions"):
+        events = sse((await client.post(path, json={**BODY, "stream": True})).text)
+        assert events[-1][0] == "error"
+    assert await _billed(client, app) == (2, 6, 0)
+
+
+async def test_a_whole_reply_that_ends_well_bills_its_completion(client: httpx.AsyncClient, app: FastAPI) -> None:
+    assert (await client.post("/v1/generate", json=BODY)).status_code == 200
+    assert await _billed(client, app) == (1, 4, 0)
