@@ -1,12 +1,16 @@
 """What clients saw of each partition fault, from the recorded histories (one per gateway).
 
     recovery     from the fault's start to the end of the first call started after it that
-                 completed, on the gateway that took longest (a gateway cut from Redis
-                 recovers only when healed; the other never stopped)
-    after heal   the same, from the heal
-    any gateway  the same on whichever gateway completed a call first: what a client behind a
-                 load balancer saw (a gateway cut from Redis says so on /readyz, and the
-                 balancer sends its clients to the other)
+                 completed after the fault's outage there, on the gateway that took longest.
+                 The outage is the run of client errors (429s aside) from the fault's start
+                 with no pause over OUTAGE_GAP_S, up to HEAL_WINDOW_S after the heal. Not
+                 merely the first call to complete: a primary cut off from its replicas still
+                 takes writes for `min-replicas-max-lag` (3 s), so calls complete in the
+                 fault's first second, then fail for the next seven
+    after heal   from the heal to the end of the first call started after it that completed
+    any gateway  recovery on whichever gateway recovered first: what a client behind a load
+                 balancer saw (a gateway cut from Redis says so on /readyz, and the balancer
+                 sends its clients to the other)
     errors       client errors that ended between the fault's start and HEAL_WINDOW_S after
                  its heal, on either gateway
     stall        of the calls that were streaming when the fault began and completed, the
@@ -29,6 +33,7 @@ from bench.chaos_invariants import Check
 from bench.partition_faults import FaultWindow
 
 HEAL_WINDOW_S = 10.0
+OUTAGE_GAP_S = 3.0  # client errors further apart than this are not one outage
 STALL_S = 1.0  # a silence this long mid-stream is a stall (a token every ~60 ms otherwise)
 
 
@@ -42,6 +47,32 @@ def _worst(by_gateway: Mapping[str, list[CallRecord]], since: float) -> float | 
     if any(end is None for end in ends):
         return None  # a gateway with no completed call after it: not recovered within the run
     return max(end for end in ends if end is not None) - since
+
+
+def _recovered_at(calls: list[CallRecord], window: FaultWindow) -> float | None:
+    """When this gateway's clients saw `window`'s fault over: the end of the first call started
+    after the fault that completed after the fault's outage there (None: none did)."""
+    errors = sorted(
+        c.ended for c in calls
+        if c.outcome is Outcome.ERROR and c.status != 429 and c.ended is not None
+        and window.at <= c.ended < window.healed + HEAL_WINDOW_S
+    )  # fmt: skip
+    last_error = window.at
+    for ended in errors:
+        if ended - last_error > OUTAGE_GAP_S:
+            break  # a later error on its own: not this fault's outage
+        last_error = ended
+    ends = [
+        c.ended
+        for c in calls
+        if c.outcome is Outcome.OK and c.ended is not None and c.started >= window.at and c.ended > last_error
+    ]
+    return min(ends) if ends else None
+
+
+def _recoveries(by_gateway: Mapping[str, list[CallRecord]], window: FaultWindow) -> list[float | None]:
+    """Each gateway's recovery from `window`'s start (None: not recovered within the run)."""
+    return [None if (end := _recovered_at(calls, window)) is None else end - window.at for calls in by_gateway.values()]
 
 
 def _stalls(calls: Iterable[CallRecord], at: float) -> list[float]:
@@ -60,11 +91,6 @@ def _stalls(calls: Iterable[CallRecord], at: float) -> list[float]:
     return gaps
 
 
-def _first(by_gateway: Mapping[str, list[CallRecord]], since: float) -> float | None:
-    ends = [end for calls in by_gateway.values() if (end := _first_ok_end(calls, since)) is not None]
-    return min(ends) - since if ends else None
-
-
 def _stat(values: list[float]) -> tuple[float | None, float | None]:
     if not values:
         return None, None
@@ -78,10 +104,11 @@ def fault_rows(by_gateway: Mapping[str, list[CallRecord]], windows: Iterable[Fau
     rows = []
     for kind in sorted({w.kind for w in windows}):
         mine = [w for w in windows if w.kind == kind]
-        recovered = [_worst(by_gateway, w.at) for w in mine]
+        per_gateway = [_recoveries(by_gateway, w) for w in mine]
+        recovered = [None if None in each else max(r for r in each if r is not None) for each in per_gateway]
         after = [_worst(by_gateway, w.healed) for w in mine]
         p50, worst = _stat([r for r in recovered if r is not None])
-        _, any_max = _stat([r for w in mine if (r := _first(by_gateway, w.at)) is not None])
+        _, any_max = _stat([min(ok) for each in per_gateway if (ok := [r for r in each if r is not None])])
         stalls = [gap for w in mine for calls in by_gateway.values() for gap in _stalls(calls, w.at)]
         heal_p50, heal_max = _stat([r for r in after if r is not None])
         rows.append({

@@ -48,6 +48,26 @@ def test_a_gateway_with_no_completed_call_after_the_fault_has_not_recovered() ->
     assert (row["streams_at_fault"], row["stall_max_s"]) == (0, None)
 
 
+def test_recovery_waits_for_the_faults_last_error_not_its_first_completed_call() -> None:
+    """A primary cut off from its replicas takes writes for a few seconds more: calls complete
+    at once, then fail until the promotion. Recovery is the first completion after the last
+    error (a 429 is the team's limit, not the fault)."""
+    brain = FaultWindow("split-brain", "redis0", at=10.0, healed=19.0)
+    calls = [
+        _call(0, 10.1, 10.4, Outcome.OK),  # the old primary still writes
+        _call(1, 12.0, 12.01, Outcome.ERROR),
+        _call(2, 17.5, 17.51, Outcome.ERROR),  # the last error: 7.51 s in
+        _call(3, 17.0, 18.0, Outcome.OK),  # started during the outage, completed after it: recovered
+        _call(4, 18.5, 18.6, Outcome.OK),
+    ]
+    limited = CallRecord(5, "alpha", "whole", 18.2, ended=18.3, outcome=Outcome.ERROR, status=429)
+    later = _call(7, 20.0, 20.1, Outcome.ERROR)  # 7 s after the outage's last: not part of it
+    gw2 = [*calls[:2], _call(6, 12.5, 13.0, Outcome.OK), limited, later]
+    (row,) = fault_rows({"gw1": calls, "gw2": gw2}, [brain])
+    assert (row["recovery_p50_s"], row["recovery_max_s"]) == (8.0, 8.0)  # gw1's: 18.0 - 10.0
+    assert row["any_gateway_max_s"] == 3.0  # gw2's last error at 12.01, a completion at 13.0
+
+
 def test_calls_that_never_ended_or_ran_past_their_timeout_hang() -> None:
     calls = [_call(0, 0.0, None, Outcome.OK), _call(1, 0.0, 130.0, Outcome.OK), _call(2, 0.0, 100.0, Outcome.OK)]
     check = no_call_hangs(calls, 120.0, 200.0)
