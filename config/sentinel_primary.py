@@ -17,6 +17,12 @@ brain (the primary cut off from its replicas and the sentinels, a gateway still 
              every connection it has to the old one, idle or in use; a command or subscription
              on one fails with ConnectionError and is sent again to the new primary
 
+While a failover is under way the pool asks five times as often (every `check_s` / 5), for up
+to TROUBLE_S or until the sentinels name a new primary: from the moment the sentinels name no
+primary (they see it down) or a write is refused for want of replicas. A split brain's clients
+then follow the promotion within a fifth of a second instead of a second, and in calm times a
+pool still costs the sentinels one query per `check_s`.
+
 A sentinel out of reach makes a check fail quietly (the next one tries again); a command never
 waits for a check.
 """
@@ -26,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 import weakref
 from typing import Any
 
@@ -39,6 +46,8 @@ from config.redis_errors import refused_for_replicas
 logger = logging.getLogger(__name__)
 
 _REFUSED = "the primary refuses writes ({}): asking the sentinels again"
+TROUBLE_S = 30.0  # how long a pool asks the sentinels faster once it has seen a failover begin
+TROUBLE_SPEEDUP = 5  # how much faster
 
 
 class PrimaryPool(redis.asyncio.sentinel.SentinelConnectionPool, redis.asyncio.BlockingConnectionPool):
@@ -50,6 +59,33 @@ class PrimaryPool(redis.asyncio.sentinel.SentinelConnectionPool, redis.asyncio.B
         super().__init__(service_name, sentinel_manager, **kwargs)  # type: ignore[no-untyped-call]
         self.check_s = check_s
         self._watch: asyncio.Task[None] | None = None
+        self._troubled_until = 0.0  # monotonic: ask faster until then (a failover under way)
+
+    def troubled(self) -> None:
+        """A failover looks under way (no primary named, a write refused for want of replicas):
+        ask the sentinels TROUBLE_SPEEDUP times as often, until they name a new primary or
+        TROUBLE_S have passed."""
+        self._troubled_until = time.monotonic() + TROUBLE_S
+
+    def next_check_s(self) -> float:
+        """How long until the next check: `check_s`, or a fifth of it while troubled."""
+        if time.monotonic() < self._troubled_until:
+            return self.check_s / TROUBLE_SPEEDUP
+        return self.check_s
+
+    async def get_master_address(self) -> Any:
+        before = self.master_address
+        try:
+            address = await super().get_master_address()  # type: ignore[no-untyped-call]
+        except redis.sentinel.MasterNotFoundError:
+            self.troubled()
+            raise
+        self._followed(before, address)
+        return address
+
+    def _followed(self, before: Any, address: Any) -> None:
+        if before is not None and tuple(before) != tuple(address):
+            self._troubled_until = 0.0  # a new primary named: back to the calm pace
 
     async def get_connection(self, *args: Any, **kwargs: Any) -> Any:
         if self.check_s > 0 and (self._watch is None or self._watch.done()):
@@ -58,25 +94,30 @@ class PrimaryPool(redis.asyncio.sentinel.SentinelConnectionPool, redis.asyncio.B
         return await super().get_connection(*args, **kwargs)  # type: ignore[no-untyped-call]
 
     async def check_primary(self) -> bool:
-        """Ask the sentinels where the primary is; if not where this pool's connections go,
-        close those connections (idle and in use). True when they were moved."""
+        """Ask the sentinels where the primary is; close this pool's connections (idle and in
+        use) that go anywhere else. True when some were closed.
+
+        Compared with the connections, not with `master_address`: a connection opened for a
+        write may have learnt the new primary first (which closes idle connections only)."""
         try:
-            address = await self.sentinel_manager.discover_master(self.service_name)
+            address = tuple(await self.sentinel_manager.discover_master(self.service_name))
         except (redis.RedisError, OSError) as exc:  # no sentinel in reach, none agrees: next time
-            logger.debug("no primary from the sentinels (%s): checking again in %.1f s", exc, self.check_s)
+            if isinstance(exc, redis.sentinel.MasterNotFoundError):
+                self.troubled()  # the sentinels see the primary down: a failover is coming
+            logger.debug("no primary from the sentinels (%s): checking again in %.1f s", exc, self.next_check_s())
             return False
-        old = self.master_address
-        if old is None or tuple(address) == tuple(old):
-            return False
+        self._followed(self.master_address, address)
         self.master_address = address
-        stale = [
-            c
+        stale = {
+            c: _address(c)
             for c in (*self._available_connections, *self._in_use_connections)
-            if (getattr(c, "host", None), getattr(c, "port", None)) != tuple(address)
-        ]
+            if c.is_connected and _address(c) != address
+        }
+        if not stale:
+            return False
         logger.warning(
-            "the sentinels name %s:%s as the primary, no longer %s:%s: closing %d connection(s) to the old one",
-            *address, *old, len(stale),
+            "the sentinels name %s:%s as the primary: closing %d connection(s) to %s",
+            *address, len(stale), ", ".join(sorted({f"{host}:{port}" for host, port in stale.values()})),
         )  # fmt: skip
         for connection in stale:
             with contextlib.suppress(Exception):  # already broken: closed all the same
@@ -89,6 +130,12 @@ class PrimaryPool(redis.asyncio.sentinel.SentinelConnectionPool, redis.asyncio.B
         await super().disconnect(inuse_connections)
 
 
+def _address(connection: Any) -> tuple[Any, Any]:
+    """Where `connection` went (a sentinel-managed connection's host and port are the primary's
+    it connected to)."""
+    return getattr(connection, "host", None), getattr(connection, "port", None)
+
+
 async def _watch(pool_ref: weakref.ref[PrimaryPool], every_s: float) -> None:
     while True:
         await asyncio.sleep(every_s)
@@ -96,6 +143,7 @@ async def _watch(pool_ref: weakref.ref[PrimaryPool], every_s: float) -> None:
         if pool is None:
             return
         await pool.check_primary()
+        every_s = pool.next_check_s()
         del pool  # hold no reference while sleeping
 
 
@@ -113,6 +161,8 @@ class PrimaryConnection(redis.asyncio.sentinel.SentinelManagedConnection):
         except redis.ResponseError as exc:
             if not (self.connection_pool.is_master and refused_for_replicas(exc)):
                 raise
+            if isinstance(self.connection_pool, PrimaryPool):
+                self.connection_pool.troubled()
             await self.disconnect()
             raise redis.ConnectionError(_REFUSED.format(exc)) from exc
 
