@@ -116,8 +116,10 @@ class PartitionStack:
     def start(self, timeout_s: float = 240.0) -> None:
         config = self.config
         # The probe appends (it may be restarted within a run); an earlier run's acknowledgements
-        # are of writes to another Redis.
+        # are of writes to another Redis. The logs too: an earlier run's lines, with the same
+        # seed's ids, would only mislead whoever reads this run's.
         self.probe_path().unlink(missing_ok=True)
+        shutil.rmtree(config.var_path / "logs", ignore_errors=True)
         ensure_secret_files(config.secrets_path)
         self.replicas.start()
         self._keys()
