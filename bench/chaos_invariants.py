@@ -10,7 +10,8 @@ violation with enough detail to find it in the history.
                                 event); never a 500, never a 4xx for a valid request, never open
     retries generate once       an id'd call that failed, sent again with its id, completes
     ids generate once           no caller-made request_id has two generations in the gateway's
-                                "generation ended" log lines (each worker logs every one it ran)
+                                "generation ended" log lines (each worker logs every one it ran);
+                                one that resumed a failed one (`resumed_tokens`) continues it
     usage is what was received  per team, interactive completion tokens metered == tokens the
                                 clients received (a client that hung up: what the gateway sent
                                 it; the calls of one request_id: one generation, counted once)
@@ -93,6 +94,7 @@ class Generation:
     request_id: str
     status: str
     completion_tokens: int
+    resumed_tokens: int = 0  # carried from an earlier generation of the id that failed: it goes on
 
 
 def generations_in_log(lines: Iterable[str]) -> list[Generation]:
@@ -105,13 +107,15 @@ def generations_in_log(lines: Iterable[str]) -> list[Generation]:
         except json.JSONDecodeError:
             continue
         tokens = int(record.get("completion_tokens", 0))
-        found.append(Generation(str(record["team"]), str(record["request_id"]), str(record["status"]), tokens))
+        resumed = int(record.get("resumed_tokens", 0))
+        found.append(Generation(str(record["team"]), str(record["request_id"]), str(record["status"]), tokens, resumed))
     return found
 
 
 def ids_generate_once(generations: Iterable[Generation], caller_ids: set[tuple[str, str]]) -> Check:
-    """A generation that produced tokens counts; `caller_ids`: (team, request_id) the clients made."""
-    counts = Counter((g.team, g.request_id) for g in generations if g.completion_tokens > 0)
+    """A generation that produced tokens counts, unless it resumed one that failed (then it goes
+    on with that one's tokens, not from the start); `caller_ids`: (team, request_id) the clients made."""
+    counts = Counter((g.team, g.request_id) for g in generations if g.completion_tokens > 0 and not g.resumed_tokens)
     violations = [f"{team}/{rid}: generated {n} times" for (team, rid), n in sorted(counts.items())
                   if n > 1 and (team, rid) in caller_ids]  # fmt: skip
     return Check("no request_id generated twice", len(caller_ids), tuple(violations))

@@ -183,7 +183,7 @@ class GenerationService:
         claim = await self._idempotency.claim(team_id, public_id, digest)
         if claim.state is ClaimState.CONFLICT:
             raise request_conflict(public_id, "was already used with a different body; send a new request_id")
-        if claim.state is not ClaimState.NEW:
+        if claim.state not in (ClaimState.NEW, ClaimState.RESUME):
             if local is not None:  # running in this process: one more reader of it
                 local.streamed = local.streamed or inp.stream
                 return local
@@ -192,6 +192,19 @@ class GenerationService:
             replay = self._replay(team_id, public_id, BusMessage.ATTACH, self._attach_idle_timeout_s)
             return self._registry.attach(scoped, public_id, model.model_id, replay)
 
+        # A generation of this id that failed after some tokens: this one resumes it.
+        resumed = claim.result if claim.state is ClaimState.RESUME else None
+        keep_s = self._keep_s(inp.request_id, request_class)
+
+        async def release_claim() -> None:
+            """Nothing will run under the id: free it for a retry (or leave it to be resumed)."""
+            if resumed is None:
+                await self._idempotency.forget(team_id, public_id)
+            else:
+                await self._idempotency.record_final(
+                    team_id, public_id, resumed, keep_s=keep_s, followed=False, resumable=True
+                )
+
         admitting = time.monotonic()
         try:
             lease = await self._admission.admit(team_id, pool_id, prompt_tokens + inp.max_tokens, request_class)
@@ -199,13 +212,11 @@ class GenerationService:
             # Redis went away between the claim and admission (the gateway answers 503): nothing
             # will run under the id, so it is let go once Redis answers again, for the retry the
             # 503 invites to run rather than wait on a claim nobody holds.
-            self._in_background(
-                until_reachable(lambda: self._idempotency.forget(team_id, public_id), what="a claim's release")
-            )
+            self._in_background(until_reachable(release_claim, what="a claim's release"))
             raise
         except AdmissionRefused as refused:
             self._observe_admission(pool_id, request_class, admitting)
-            await self._idempotency.forget(team_id, public_id)  # a retry with this id may run
+            await release_claim()  # a retry with this id may run
             headers = {"Retry-After": str(refused.retry_after_s)} if refused.retry_after_s is not None else None
             status_type = {429: "rate_limit_error", 503: "service_unavailable", 413: "request_too_large"}
             raise ApiError(
@@ -215,6 +226,7 @@ class GenerationService:
         self._observe_admission(pool_id, request_class, admitting)
         admitted = time.time()
         block_size = self._config.pools[pool_id].engine.block_size
+        carried = [GenerationDelta(text, tuple(ids)) for text, ids in (resumed or {}).get("deltas", [])]
         request = GenerationRequest(
             request_id=scoped,
             model_id=model.model_id,
@@ -237,11 +249,13 @@ class GenerationService:
             guided_grammar=inp.guided_grammar,
             logprobs=inp.logprobs,
             prompt_logprobs=inp.prompt_logprobs,
+            resume_token_ids=tuple(token for delta in carried for token in delta.token_ids),
         )
         lifecycle = RequestLifecycle(
             self._idempotency, self._admission, self._metering, team_id, public_id, request_class, lease,
-            keep_s=self._keep_s(inp.request_id, request_class), door=inp.door,
+            keep_s=keep_s, door=inp.door,
             stamps=None if self._latency_log is None else LatencyStamps(self._latency_log, started, admitted),
+            billed_before=int((resumed or {}).get("billed_tokens", 0)),
         )  # fmt: skip
         try:
             entry = self._registry.start(request, prompt_tokens, public_id=public_id, hooks=lifecycle)
@@ -249,6 +263,7 @@ class GenerationService:
             await self._admission.release(lease)
             raise request_conflict(public_id, "is already in flight; wait for it to end") from None
         entry.streamed = inp.stream  # before its pump first runs, so before it can end
+        entry.carry(carried, entry.started_at)  # a resumed reply starts with what it had
         lifecycle.keep_lease_alive(entry)
         return entry
 

@@ -13,6 +13,11 @@ Redis holds, per team and request id:
              ──RUNNING──▶ attach: ask the owner (the request bus) to mirror its deltas, then
                           read the deltas stream from the start and follow it live
              ──DONE─────▶ the stored result (its deltas replay the same events)
+             ──RESUME───▶ the stored result of a generation that failed after some tokens
+                          (every server it could move to failed): this process takes the id
+                          over and resumes it where it stopped, the stored tokens replayed
+                          to the engine as the failover does (`resume_token_ids`), so the id
+                          still names one reply, never two, and a retry completes it
              ──CONFLICT─▶ 409: the same id with a different body
 
 What it costs Redis does not grow with the reply: a request nobody follows from another
@@ -78,7 +83,17 @@ if existing ~= ARGV[1] then
 end
 local state = redis.call('HGET', KEYS[1], 'state')
 if state == 'done' then
-  return {'done', redis.call('HGET', KEYS[1], 'result') or ''}
+  local result = redis.call('HGET', KEYS[1], 'result') or ''
+  if redis.call('HGET', KEYS[1], 'resumable') == '1' then
+    -- failed after some tokens: this claim resumes it (one claim only: it is running again)
+    redis.call('HSET', KEYS[1], 'state', 'running', 'owned', '1')
+    redis.call('HDEL', KEYS[1], 'resumable')
+    redis.call('EXPIRE', KEYS[1], ARGV[2])
+    redis.call('DEL', KEYS[3])
+    redis.call('SET', KEYS[2], '1', 'PX', ARGV[3])
+    return {'resume', result}
+  end
+  return {'done', result}
 end
 if redis.call('HEXISTS', KEYS[1], 'owned') == 1 and redis.call('EXISTS', KEYS[2]) == 0 then
   -- running, but its owner stopped renewing (its process died): this claim takes it over,
@@ -86,6 +101,10 @@ if redis.call('HEXISTS', KEYS[1], 'owned') == 1 and redis.call('EXISTS', KEYS[2]
   -- renewed has no 'owned': never taken over, so a rolling upgrade cannot run an id twice)
   redis.call('DEL', KEYS[3])
   redis.call('SET', KEYS[2], '1', 'PX', ARGV[3])
+  local failed = redis.call('HGET', KEYS[1], 'result')
+  if failed then
+    return {'resume', failed}  -- it was resuming a failed generation: resume that again
+  end
   return {'new', ''}
 end
 return {'running', ''}
@@ -93,10 +112,15 @@ return {'running', ''}
 
 
 # KEYS[1] record  KEYS[2] owner  KEYS[3] deltas  ARGV[1] result (JSON)  ARGV[2] keep_s ('': drop
-# the record)  ARGV[3] '1' when followed  ARGV[4] the followers' grace (s)
+# the record)  ARGV[3] '1' when followed  ARGV[4] the followers' grace (s)  ARGV[5] '1': resumable
 _FINAL = """
 if ARGV[2] ~= '' then
   redis.call('HSET', KEYS[1], 'state', 'done', 'result', ARGV[1])
+  if ARGV[5] == '1' then
+    redis.call('HSET', KEYS[1], 'resumable', '1')
+  else
+    redis.call('HDEL', KEYS[1], 'resumable')
+  end
   redis.call('EXPIRE', KEYS[1], ARGV[2])
 else
   redis.call('DEL', KEYS[1])
@@ -114,13 +138,14 @@ class ClaimState(enum.Enum):
     NEW = "new"
     RUNNING = "running"
     DONE = "done"
+    RESUME = "resume"
     CONFLICT = "conflict"
 
 
 @dataclass(frozen=True, slots=True)
 class Claim:
     state: ClaimState
-    result: dict[str, Any] | None = None  # the stored final result when DONE
+    result: dict[str, Any] | None = None  # the stored final result when DONE or RESUME
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,7 +226,7 @@ class IdempotencyStore:
         args: list[str | int] = [digest, self._ttl_s, max(1, int(self.owner_ttl_s * 1000))]
         state, result = await self._acks.run(self._redis, self._claim, keys, args)
         claim_state = ClaimState(_text(state))
-        stored = json.loads(_text(result)) if claim_state is ClaimState.DONE and result else None
+        stored = json.loads(_text(result)) if claim_state in (ClaimState.DONE, ClaimState.RESUME) and result else None
         return Claim(claim_state, stored)
 
     @contextlib.asynccontextmanager
@@ -254,13 +279,22 @@ class IdempotencyStore:
             await pipe.execute()
 
     async def record_final(
-        self, team_id: str, request_id: str, result: dict[str, Any], *, keep_s: int | None, followed: bool
+        self,
+        team_id: str,
+        request_id: str,
+        result: dict[str, Any],
+        *,
+        keep_s: int | None,
+        followed: bool,
+        resumable: bool = False,
     ) -> None:
         """The request's end: its result kept for `keep_s` (a caller-made id; None: its record
-        dropped), and the followers' stream ended (`followed`), then let go."""
+        dropped), and the followers' stream ended (`followed`), then let go. `resumable`: it
+        failed after some tokens, so the next claim of the id resumes it (ClaimState.RESUME)."""
         keys = self._script_keys(team_id, request_id)
         encoded = json.dumps(result, separators=(",", ":"))
-        args = [encoded, "" if keep_s is None else keep_s, "1" if followed else "0", self._follow_grace_s]
+        args = [encoded, "" if keep_s is None else keep_s, "1" if followed else "0", self._follow_grace_s,
+                "1" if resumable else "0"]  # fmt: skip
         await self._acks.run(self._redis, self._final, keys, args)
 
     async def forget(self, team_id: str, request_id: str) -> None:

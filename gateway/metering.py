@@ -102,10 +102,13 @@ def request_usage(
     record_id: str,
     ended_at: float,
     delivered: bool = True,
+    billed_before: int = 0,
 ) -> UsageRecord:
     """What the ended `entry` used, `ended_at` on the clock of its `started_at` (monotonic).
     `record_id`: its lease's id (one lease per generation: a resent record counts once).
-    `delivered` False: its reply reached no one, so its tokens are discarded, not billed."""
+    `delivered` False: its reply reached no one, so its tokens are discarded, not billed.
+    `billed_before`: tokens of its reply an earlier generation of its id billed (it resumed
+    that one): not counted again."""
     usage = entry.usage
     return usage_formula.request_usage(
         team_id=team_id,
@@ -113,7 +116,7 @@ def request_usage(
         request_class=request_class,
         prompt_tokens=usage.prompt_tokens,
         cached_tokens=usage.cached_tokens,
-        completion_tokens=usage.completion_tokens,
+        completion_tokens=max(0, usage.completion_tokens - billed_before),
         discarded_tokens=usage.discarded_tokens,
         cancelled=entry.stop_reason == "cancelled",
         started_at=entry.started_at,

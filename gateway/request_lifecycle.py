@@ -81,7 +81,11 @@ class RequestLifecycle:
         keep_s: int | None,
         door: str = "http",
         stamps: LatencyStamps | None = None,
+        billed_before: int = 0,
     ) -> None:
+        """`billed_before`: tokens of this reply that an earlier generation of its id billed
+        (a resumed generation: the stored tokens it carries, when they reached a caller)."""
+        self._billed_before = billed_before
         self._idempotency = idempotency
         self._stamps = stamps
         self._door = door
@@ -142,13 +146,21 @@ class RequestLifecycle:
         if self._mirror is not None:
             self._mirror.cancel()  # the final entry carries every delta the followers lack
         ended = time.monotonic()
+        # The bill is what reached the caller: a whole reply that failed reached no one, unless
+        # a stream read it as it came, here or in another process (a repeat that attached).
+        delivered = entry.error is None or entry.streamed or self._followed
         result: dict[str, Any] = {
             "stop_reason": entry.stop_reason or ("error" if entry.error else "aborted"),
             "usage": entry.usage.as_dict(),
             "error": str(entry.error) if entry.error is not None else None,
             "deltas": [[delta.text, list(delta.token_ids)] for delta in entry.deltas],
+            # What of the reply's tokens is on the bill: a generation that resumes it bills the rest.
+            "billed_tokens": entry.usage.completion_tokens if delivered else self._billed_before,
         }
         team, public_id = self._team_id, self._public_id
+        # Failed after some tokens (every server it could move to failed): a retry of its id
+        # resumes it where it stopped, rather than replaying the failure or generating anew.
+        resumable = entry.error is not None and bool(entry.deltas) and not entry.cancel_requested
 
         async def end_record() -> None:
             # A failure before any token (a backend 503, say) frees the id, so the retry its
@@ -157,12 +169,9 @@ class RequestLifecycle:
                 await self._idempotency.forget(team, public_id)
             else:
                 await self._idempotency.record_final(
-                    team, public_id, result, keep_s=self._keep_s, followed=self._followed
+                    team, public_id, result, keep_s=self._keep_s, followed=self._followed, resumable=resumable
                 )
 
-        # The bill is what reached the caller: a whole reply that failed reached no one, unless
-        # a stream read it as it came, here or in another process (a repeat that attached).
-        delivered = entry.error is None or entry.streamed or self._followed
         usage = request_usage(
             entry,
             team_id=self._team_id,
@@ -170,6 +179,7 @@ class RequestLifecycle:
             record_id=self._lease.lease_id,  # one lease per generation: a resent record counts once
             ended_at=ended,
             delivered=delivered,
+            billed_before=self._billed_before,
         )
         steps = (
             until_reachable(end_record, what="the request's final record"),
@@ -191,6 +201,7 @@ class RequestLifecycle:
                 "status": result["stop_reason"],
                 "borrowed": self._lease.borrowed,
                 "delivered": delivered,
+                "resumed_tokens": entry.carried_tokens,
                 "duration_s": round(ended - entry.started_at, 4),
                 "ttft_s": None if first is None else round(first - entry.started_at, 4),
                 **entry.usage.as_dict(),

@@ -79,6 +79,9 @@ class InflightRequest:
         # A caller reads it as a stream (its own or a repeat's): what was sent reached a client
         # even if the request then fails. A whole reply that fails reached no one.
         self.streamed = False
+        # Tokens an earlier generation of this id wrote, replayed to the engine and carried into
+        # this reply (a resumed one): the servers count only what they write themselves.
+        self.carried_tokens = 0
         # Someone asked to stop it (DELETE, the last reader gone): a stream that fails after
         # that ends as the cancel asked, not as a failure to retry.
         self.cancel_requested = False
@@ -95,10 +98,17 @@ class InflightRequest:
     def text(self) -> str:
         return "".join(delta.text for delta in self.deltas)
 
+    def carry(self, deltas: list[GenerationDelta], now: float) -> None:
+        """Start this reply with an earlier generation's `deltas` (it resumes that one)."""
+        for delta in deltas:
+            self.apply(delta, now)
+        self.carried_tokens = self.usage.completion_tokens
+
     def apply(self, delta: GenerationDelta, now: float) -> None:
-        """Record one backend delta. The server's counters win over ours when it sends them."""
+        """Record one backend delta. The server's counters win over ours when it sends them
+        (plus the tokens carried from an earlier generation, which it did not write)."""
         if delta.usage is not None:
-            self.usage = delta.usage
+            self.usage = replace(delta.usage, completion_tokens=delta.usage.completion_tokens + self.carried_tokens)
         elif delta.token_ids:
             self.usage = replace(self.usage, completion_tokens=self.usage.completion_tokens + len(delta.token_ids))
         if delta.prompt_logprobs is not None and self.prompt_logprobs is None:

@@ -72,6 +72,16 @@ def test_a_request_id_generated_twice_is_reported(tmp_path: Path) -> None:
     assert check.violations == ("t/r1: generated 2 times",)  # r2's second produced nothing; auto is no caller id
 
 
+def test_a_generation_that_resumed_a_failed_one_is_not_a_second() -> None:
+    line = '{{"message": "generation ended", "team": "t", "request_id": "r3", "completion_tokens": {}, ' \
+        '"status": "{}", "resumed_tokens": {}}}'  # fmt: skip
+    generations = generations_in_log([line.format(2, "error", 0), line.format(9, "length", 2)])
+    assert generations[1] == Generation("t", "r3", "length", 9, 2)
+    assert ids_generate_once(generations, {("t", "r3")}).ok
+    twice = generations_in_log([line.format(2, "error", 0), line.format(9, "length", 0)])
+    assert not ids_generate_once(twice, {("t", "r3")}).ok  # from the start again: two generations
+
+
 def test_usage_counts_what_clients_received_and_what_a_hung_up_client_was_sent() -> None:
     history = History(clock=0.0)
     whole = history.start_call("a", "whole", {})

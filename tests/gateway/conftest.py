@@ -63,8 +63,9 @@ CAPACITY_TOKENS = 1_000_000
 class FakeBackend:
     """A scripted backend. By default each request streams `deltas`; with `hold_after=n` it
     stops after n deltas and waits until cancelled (or until `resume` is set, then goes on).
-    It records what the gateway asked of it, and which streams were closed early (what frees
-    the server's KV in the real one)."""
+    A request that resumes (`resume_token_ids`) skips the deltas whose tokens it has, as a
+    server replays them without sending them again. It records what the gateway asked of it,
+    and which streams were closed early (what frees the server's KV in the real one)."""
 
     def __init__(self) -> None:
         self.deltas: list[GenerationDelta] = [
@@ -90,8 +91,12 @@ class FakeBackend:
         self.requests.append(request)
         cancelled = self._cancel_events[request.request_id] = asyncio.Event()
         ended = False
+        replayed = len(request.resume_token_ids)
         try:
             for index, delta in enumerate(self.deltas):
+                if replayed and delta.token_ids and delta.finish_reason is None:
+                    replayed -= len(delta.token_ids)  # the caller has it: not sent again
+                    continue
                 if index == self.error_after:
                     ended = True
                     raise self.error

@@ -171,3 +171,29 @@ async def test_a_claim_whose_owner_died_is_taken_over_once(redis_url: str) -> No
     assert await aioredis.Redis.from_url(redis_url).exists("sy:req-deltas:t:r") == 0
     await store.record_final("t", "r", {"text": "once"}, keep_s=60, followed=False)
     assert (await store.claim("t", "r", "fp")).result == {"text": "once"}
+
+
+async def test_a_generation_that_failed_after_tokens_is_resumed_by_one_claim(redis_url: str) -> None:
+    """Failed after some tokens (every server it could move to failed): the next claim of the
+    id resumes it, with its stored tokens; claims at the same moment find it running; a
+    resumer that dies leaves it to be resumed again, from the same stored result."""
+    store = IdempotencyStore(aioredis.Redis.from_url(redis_url), owner_ttl_s=1.0)
+    failed = {"stop_reason": "error", "error": "2 servers failed", "deltas": [["Hel", [1, 2]]]}
+    assert (await store.claim("t", "r", "fp")).state is ClaimState.NEW
+    await store.record_final("t", "r", failed, keep_s=60, followed=False, resumable=True)
+    claims = await asyncio.gather(*(store.claim("t", "r", "fp") for _ in range(10)))
+    assert [c.state for c in claims].count(ClaimState.RESUME) == 1
+    assert [c.state for c in claims].count(ClaimState.RUNNING) == 9
+    assert next(c.result for c in claims if c.state is ClaimState.RESUME) == failed
+
+    deadline = asyncio.get_running_loop().time() + 30
+    while (again := await store.claim("t", "r", "fp")).state is ClaimState.RUNNING:  # the resumer died
+        assert asyncio.get_running_loop().time() < deadline
+        await asyncio.sleep(0.05)
+    assert again.state is ClaimState.RESUME and again.result == failed
+
+    await store.record_final("t", "r", {"stop_reason": "length", "deltas": [["Hello", [1, 2, 3]]]}, keep_s=60,
+                             followed=False)  # fmt: skip
+    done = await store.claim("t", "r", "fp")
+    assert done.state is ClaimState.DONE and done.result == {"stop_reason": "length", "deltas": [["Hello", [1, 2, 3]]]}
+    assert await aioredis.Redis.from_url(redis_url).hget("sy:req:t:r", "resumable") is None

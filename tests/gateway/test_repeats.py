@@ -84,7 +84,7 @@ async def test_the_same_id_with_another_body_is_409(client: httpx.AsyncClient, b
     assert len(backend.requests) == 1
 
 
-async def test_a_failure_before_any_token_frees_the_id_but_a_later_one_is_the_result(
+async def test_a_failure_before_any_token_frees_the_id_and_a_later_one_is_resumed(
     client: httpx.AsyncClient, backend: Any, sse: Sse
 ) -> None:
     backend.error_after = 0
@@ -101,10 +101,13 @@ async def test_a_failure_before_any_token_frees_the_id_but_a_later_one_is_the_re
     again = await client.post("/v1/generate", json={**BODY, "request_id": "bad"})
     assert again.status_code == 200
     assert len(backend.requests) == 3
-    # "bad-late" had written text: its repeat replays that same failure without running.
+    # "bad-late" had written text: its repeat resumes it from there (the same first event, then
+    # the rest), one generation carried on rather than a second from the start.
     late = await client.post("/v1/generate", json={**BODY, "request_id": "bad-late", "stream": True})
-    assert sse(late.text) == sse(streamed.text)
-    assert len(backend.requests) == 3
+    events = sse(late.text)
+    assert events[0] == sse(streamed.text)[0]
+    assert "".join(data.get("text", "") for name, data in events if name is None and data != "[DONE]") == "Hello, world"
+    assert len(backend.requests) == 4 and backend.requests[-1].resume_token_ids == (5, 6)
 
 
 async def test_a_model_no_pool_serves_is_503_and_claims_no_id(

@@ -49,3 +49,38 @@ async def test_a_stream_that_fails_after_text_bills_the_text_it_sent(
 async def test_a_whole_reply_that_ends_well_bills_its_completion(client: httpx.AsyncClient, app: FastAPI) -> None:
     assert (await client.post("/v1/generate", json=BODY)).status_code == 200
     assert await _billed(client, app) == (1, 4, 0)
+
+
+async def test_a_retry_of_an_id_that_failed_after_text_resumes_it_and_bills_the_rest(
+    client: httpx.AsyncClient, app: FastAPI, backend: FakeBackend, sse: Any
+) -> None:
+    """The partitions bench: a stream failed after its first token with no server left to move
+    to, and every retry with its id replayed the 502. Now the retry resumes the generation: the
+    engine gets the tokens the reply has (`resume_token_ids`), the reply is whole, the id names
+    one generation, and the bill counts each token once."""
+    backend.error_after = 2
+    backend.error = BackendError("server 'x': UNAVAILABLE: Stream removed")
+    body = {**BODY, "request_id": "r-resume"}
+    events = sse((await client.post("/v1/generate", json={**body, "stream": True})).text)
+    assert [event for event, _ in events] == [None, None, "error"]  # "Hello", ", ", then the failure
+    backend.error_after = None
+    retry = await client.post("/v1/generate", json=body)
+    assert retry.status_code == 200, retry.text
+    assert (retry.json()["text"], retry.json()["usage"]["completion_tokens"]) == ("Hello, world", 4)
+    assert [r.resume_token_ids for r in backend.requests] == [(), (5, 6, 7)]
+    assert await _billed(client, app) == (2, 4, 0)  # 3 streamed by the first, 1 more by the retry
+
+    again = await client.post("/v1/generate", json=body)  # done now: replayed, not generated
+    assert again.json()["text"] == "Hello, world" and len(backend.requests) == 2
+
+
+async def test_a_whole_reply_that_failed_then_resumed_bills_every_token_once(
+    client: httpx.AsyncClient, app: FastAPI, backend: FakeBackend
+) -> None:
+    backend.error_after = 2
+    body = {**BODY, "request_id": "r-whole"}
+    assert (await client.post("/v1/generate", json=body)).status_code == 502  # 3 tokens, reached no one
+    backend.error_after = None
+    retry = await client.post("/v1/generate", json={**body, "stream": True})
+    assert retry.status_code == 200 and '"text":"world"' in retry.text  # after the stored "Hello", ", "
+    assert await _billed(client, app) == (2, 4, 3)  # the first's 3 discarded, the resumed reply's 4 billed
