@@ -12,7 +12,8 @@ mix, every kind of call a team makes, each recorded in the history from start to
                  a fault always finds replies mid-stream
 
 Every call is greedy (temperature 0) with a short `max_tokens`, so the CPU engine keeps up on
-two cores; a client pauses `think_s` between calls.
+two cores; a client pauses `think_s` between calls (a long-reply client only after one that
+failed: it streams back to back).
 """
 
 from __future__ import annotations
@@ -78,6 +79,11 @@ class InteractiveLoad:
                     await self.stream(http, team.headers, body, call)
                 except Exception as exc:  # a bench bug must not stop the load: it shows in the history
                     self._history.end_call(call, Outcome.ERROR, error=f"client bug: {exc!r}")
+                if call.outcome is not Outcome.OK:
+                    # A refused or failed reply is tried again after a pause, as a client that
+                    # reads Retry-After would: sent again at once, each long client sent ~50 calls
+                    # a second through an outage, and that storm on two cores slowed the recovery
+                    # it was there to measure.
                     await asyncio.sleep(self._shape.think_s)
 
         async with httpx.AsyncClient(base_url=self._url, timeout=self._shape.call_timeout_s) as http:
