@@ -80,10 +80,10 @@ class PrimaryPool(redis.asyncio.sentinel.SentinelConnectionPool, redis.asyncio.B
         except redis.sentinel.MasterNotFoundError:
             self.troubled()
             raise
-        self._followed(before, address)
+        self._calm_if_moved(before, address)
         return address
 
-    def _followed(self, before: Any, address: Any) -> None:
+    def _calm_if_moved(self, before: Any, address: Any) -> None:
         if before is not None and tuple(before) != tuple(address):
             self._troubled_until = 0.0  # a new primary named: back to the calm pace
 
@@ -106,7 +106,7 @@ class PrimaryPool(redis.asyncio.sentinel.SentinelConnectionPool, redis.asyncio.B
                 self.troubled()  # the sentinels see the primary down: a failover is coming
             logger.debug("no primary from the sentinels (%s): checking again in %.1f s", exc, self.next_check_s())
             return False
-        self._followed(self.master_address, address)
+        self._calm_if_moved(self.master_address, address)
         self.master_address = address
         stale = {
             c: _address(c)

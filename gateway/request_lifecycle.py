@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+import redis
+
 from contracts.generation import GenerationDelta
 from contracts.latency_log import LatencyLog
 from gateway.idempotency import IdempotencyStore
@@ -126,13 +128,21 @@ class RequestLifecycle:
             self._mirror = asyncio.create_task(self._mirror_deltas(entry))
 
     async def _mirror_deltas(self, entry: InflightRequest) -> None:
+        """Mirror the deltas until the end. A write that fails stops it: sent again it might
+        land twice (a timeout after Redis ran it), and the final entry carries every delta the
+        followers lack anyway."""
         mirrored = 0
         while not entry.done:
             if len(entry.deltas) > mirrored:
                 batch, mirrored = entry.deltas[mirrored:], len(entry.deltas)
-                await self._idempotency.mirror(
-                    self._team_id, self._public_id, [(delta.text, delta.token_ids) for delta in batch]
-                )
+                try:
+                    await self._idempotency.mirror(
+                        self._team_id, self._public_id, [(delta.text, delta.token_ids) for delta in batch]
+                    )
+                except redis.RedisError as exc:
+                    logger.warning("mirroring request %s stopped (%s): its followers get the rest at its end",
+                                   self._public_id, exc)  # fmt: skip
+                    return
                 await asyncio.sleep(MIRROR_INTERVAL_S)
             await entry.wait_changed(mirrored)
 

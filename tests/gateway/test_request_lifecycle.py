@@ -5,12 +5,16 @@ a 502 after 22 generated tokens billed all 22)."""
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+from typing import Any, cast
 
 import httpx
+import redis
 from fastapi import FastAPI
 
-from contracts.generation import BackendError
+from contracts.generation import BackendError, GenerationDelta, GenerationRequest
+from gateway.request_lifecycle import RequestLifecycle
+from gateway.requests_registry import InflightRequest
 
 from .conftest import FakeBackend
 
@@ -84,3 +88,31 @@ async def test_a_whole_reply_that_failed_then_resumed_bills_every_token_once(
     retry = await client.post("/v1/generate", json={**body, "stream": True})
     assert retry.status_code == 200 and '"text":"world"' in retry.text  # after the stored "Hello", ", "
     assert await _billed(client, app) == (2, 4, 3)  # the first's 3 discarded, the resumed reply's 4 billed
+
+
+async def test_a_mirror_write_that_fails_stops_the_mirror_quietly() -> None:
+    """Found by the partitions bench ("Task exception was never retrieved"): a Redis timeout
+    while mirroring to followers escaped the mirror's task. It stops instead (sent again, a
+    batch might land twice); the followers get the rest from the final entry."""
+
+    class FailingStore:
+        calls = 0
+
+        async def mirror(self, *_: Any) -> None:
+            self.calls += 1
+            raise redis.TimeoutError("Timeout reading from 10.0.0.1:6379")
+
+    store = FailingStore()
+    lifecycle = RequestLifecycle(
+        cast(Any, store), cast(Any, None), cast(Any, None), "t", "r", "interactive", cast(Any, None), keep_s=None
+    )
+    entry = InflightRequest(GenerationRequest("t/r", "small", "the fox", 8), 3, 0.0, "r")
+    entry.apply(GenerationDelta("Hel", (1,)), 0.1)
+    lifecycle.followed(entry, mirror=True)
+    mirror = lifecycle._mirror
+    assert mirror is not None
+    await asyncio.wait_for(asyncio.shield(mirror), 5)
+    assert mirror.exception() is None and store.calls == 1
+    entry.apply(GenerationDelta("lo", (2,)), 0.2)  # nothing more is mirrored
+    await asyncio.sleep(0)
+    assert store.calls == 1
