@@ -12,6 +12,7 @@ Without keepalive the cut reply would wait for TCP's retransmissions to give up:
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import sys
@@ -43,6 +44,7 @@ pytestmark = pytest.mark.integration
 MAX_TOKENS = 2000
 # From the link's loss to the first token the second server sends: the issue's target.
 FAILOVER_BOUND_S = 5.0
+FLAP_S = 2.0  # the partitions bench's flap: down this long, then up this long
 
 
 @dataclass
@@ -157,6 +159,21 @@ def _request() -> GenerationRequest:
 async def test_a_reply_on_a_link_gone_quiet_resumes_on_another_server_within_seconds(
     tiny_model: TinyModel, servers: dict[str, ServerOnHost]
 ) -> None:
+    await _cut_mid_reply(tiny_model, servers, flaps=0)
+
+
+async def test_a_link_that_flapped_first_is_still_noticed_within_seconds(
+    tiny_model: TinyModel, servers: dict[str, ServerOnHost]
+) -> None:
+    """`bench partitions` once saw three replies go unnoticed for 61 s after a gateway host's
+    link flapped (down 2 s, up 2 s, three times). A flap delivers the PINGs it held back at
+    once, and a gRPC client told `too_many_pings` doubles its PING interval for good: a link
+    that flapped must still be noticed within the keepalive's bound. (This holds; the 61 s
+    remain unexplained: docs/chaos.md.)"""
+    await _cut_mid_reply(tiny_model, servers, flaps=3)
+
+
+async def _cut_mid_reply(tiny_model: TinyModel, servers: dict[str, ServerOnHost], *, flaps: int) -> None:
     config = tiny_model.config
     keepalive = config.network.triton_grpc
     a, b = list(servers)
@@ -167,6 +184,11 @@ async def test_a_reply_on_a_link_gone_quiet_resumes_on_another_server_within_sec
         # What one server writes uninterrupted (and both channels are connected).
         reference = [t async for d in FailoverBackend(InOrder([b]), timeline).generate(_request()) for t in d.token_ids]
         assert len(reference) == MAX_TOKENS
+        for _ in range(flaps):  # the link down and up, the channels to host a connected
+            servers[a].host.cut()
+            await asyncio.sleep(FLAP_S)
+            servers[a].host.restore()
+            await asyncio.sleep(FLAP_S)
         timeline.failed_at.clear()
         timeline.first_delta_at.clear()
 
