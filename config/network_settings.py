@@ -101,6 +101,23 @@ class TritonKeepalive(_Strict):
             )
         return self
 
+    def channel_options(self) -> list[tuple[str, int]]:
+        """The gateway's channel options for one server (`router.routing_setup.server_client`).
+
+        `keepalive_timeout_ms` alone does not bound an unanswered PING (grpcio 1.85): only
+        `ping_timeout_ms`, one minute by default, closes the link. A peer whose kernel still
+        acknowledges bytes but whose gRPC does not answer (a stopped or wedged tritonserver)
+        held a reply 60.1 s; a cut link was noticed in 3 s only because the kernel's
+        TCP_USER_TIMEOUT, which gRPC sets from the keepalive timeout, gave up on bytes nobody
+        acknowledged. So every PING gets `timeout_ms` (docs/network.md)."""
+        return [
+            ("grpc.keepalive_time_ms", self.time_ms),
+            ("grpc.keepalive_timeout_ms", self.timeout_ms),
+            ("grpc.http2.ping_timeout_ms", self.timeout_ms),
+            ("grpc.keepalive_permit_without_calls", 1),
+            ("grpc.http2.max_pings_without_data", 0),
+        ]
+
     @property
     def min_ping_interval_ms(self) -> int:
         """The shortest PING interval servers accept without a strike."""
@@ -147,6 +164,7 @@ class DoorKeepalive(_Strict):
         return [
             ("grpc.keepalive_time_ms", self.time_ms),
             ("grpc.keepalive_timeout_ms", self.timeout_ms),
+            ("grpc.http2.ping_timeout_ms", self.timeout_ms),  # every PING: TritonKeepalive.channel_options
             ("grpc.keepalive_permit_without_calls", 1),
             ("grpc.http2.max_pings_without_data", 0),
             ("grpc.http2.min_recv_ping_interval_without_data_ms", self.min_client_ping_interval_ms),

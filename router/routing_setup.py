@@ -8,7 +8,7 @@ import asyncio
 
 import httpx
 from prometheus_client import Counter
-from tritonclient.grpc import KeepAliveOptions
+from tritonclient.grpc import MAX_GRPC_MESSAGE_SIZE
 from tritonclient.grpc.aio import InferenceServerClient
 
 from config.network_settings import TritonKeepalive
@@ -26,16 +26,15 @@ DIRECTORY_CONNECTIONS = 4
 
 def server_client(grpc_url: str, keepalive: TritonKeepalive) -> InferenceServerClient:
     """The gRPC client of one server (`host:port`, as registered): its channel PINGs the server
-    after `keepalive.time_ms` without a frame, idle or not, and closes when a PING goes
+    after `keepalive.time_ms` without a frame, idle or not, and closes when any PING goes
     unanswered for `timeout_ms`, so a reply on a link gone quiet fails over in seconds
     (config/network_settings.py; the servers accept these PINGs: `TritonKeepalive.server_args`)."""
-    options = KeepAliveOptions(
-        keepalive_time_ms=keepalive.time_ms,
-        keepalive_timeout_ms=keepalive.timeout_ms,
-        keepalive_permit_without_calls=True,
-        http2_max_pings_without_data=0,
-    )
-    return InferenceServerClient(url=grpc_url, keepalive_options=options)
+    # tritonclient's own message limits, which it sets only when given no options.
+    limits = [
+        ("grpc.max_send_message_length", MAX_GRPC_MESSAGE_SIZE),
+        ("grpc.max_receive_message_length", MAX_GRPC_MESSAGE_SIZE),
+    ]
+    return InferenceServerClient(url=grpc_url, channel_args=limits + keepalive.channel_options())
 
 
 def failover_backend(config: SwitchyardConfig, routed: Counter, retry_after_s: int = 5) -> FailoverBackend:

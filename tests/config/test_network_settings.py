@@ -44,3 +44,14 @@ def test_the_door_lets_replies_finish_before_an_old_connection_closes() -> None:
     drain_timeout_ms = load_config().fleet.drain_timeout_s * 1000
     assert options["grpc.max_connection_age_grace_ms"] >= drain_timeout_ms
     assert options["grpc.http2.min_recv_ping_interval_without_data_ms"] <= options["grpc.keepalive_time_ms"]
+
+
+def test_every_unanswered_ping_closes_a_link_within_the_keepalive_timeout() -> None:
+    """gRPC's keepalive timeout alone never closed a link whose PINGs went unanswered: only its
+    `ping_timeout_ms`, a minute by default (tests/integration/test_quiet_link.py measures it)."""
+    keepalive = TritonKeepalive(timeout_ms=1200)
+    channel = dict(keepalive.channel_options())
+    assert channel["grpc.http2.ping_timeout_ms"] == channel["grpc.keepalive_timeout_ms"] == 1200
+    assert channel["grpc.keepalive_time_ms"] == keepalive.time_ms
+    door = dict(DoorKeepalive(timeout_ms=4000).server_options())
+    assert door["grpc.http2.ping_timeout_ms"] == door["grpc.keepalive_timeout_ms"] == 4000

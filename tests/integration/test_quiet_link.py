@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import signal
 import sys
 import time
 import uuid
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 import httpx
 import pytest
 
+from bench.chaos_stack import tritonserver_of
 from build_engines.repository import fill_repository
 from config.network_settings import NetworkSpec, ServerAddresses
 from config.settings import SwitchyardConfig, dump_config
@@ -165,21 +167,36 @@ async def test_a_reply_on_a_link_gone_quiet_resumes_on_another_server_within_sec
 async def test_a_link_that_flapped_first_is_still_noticed_within_seconds(
     tiny_model: TinyModel, servers: dict[str, ServerOnHost]
 ) -> None:
-    """`bench partitions` once saw three replies go unnoticed for 61 s after a gateway host's
-    link flapped (down 2 s, up 2 s, three times). A flap delivers the PINGs it held back at
-    once, and a gRPC client told `too_many_pings` doubles its PING interval for good: a link
-    that flapped must still be noticed within the keepalive's bound. (This holds; the 61 s
-    remain unexplained: docs/chaos.md.)"""
+    """A flap delivers the PINGs it held back at once, and a gRPC client told `too_many_pings`
+    doubles its PING interval for good: a link that flapped must still be noticed within the
+    keepalive's bound."""
     await _cut_mid_reply(tiny_model, servers, flaps=3)
 
 
-async def _cut_mid_reply(tiny_model: TinyModel, servers: dict[str, ServerOnHost], *, flaps: int) -> None:
+async def test_a_server_that_stops_answering_is_left_within_seconds(
+    tiny_model: TinyModel, servers: dict[str, ServerOnHost]
+) -> None:
+    """`bench partitions` once saw three replies go unnoticed for 61 s ("Stream removed (ping
+    timeout)") after a flap. The cause: gRPC's keepalive timeout alone never closed a link whose
+    PINGs went unanswered, only its one-minute `ping_timeout` did; a cut link was noticed in
+    3 s because the kernel gave up on bytes nobody acknowledged. A server that is frozen
+    (SIGSTOP: its kernel still acknowledges every byte, its gRPC answers no PING) is that case
+    without the kernel's help: 60.1 s before `TritonKeepalive.channel_options` set
+    `ping_timeout_ms`."""
+    await _cut_mid_reply(tiny_model, servers, flaps=0, freeze=True)
+
+
+async def _cut_mid_reply(
+    tiny_model: TinyModel, servers: dict[str, ServerOnHost], *, flaps: int, freeze: bool = False
+) -> None:
+    """Host a goes silent mid-reply: its link cut, or (`freeze`) its tritonserver stopped."""
     config = tiny_model.config
     keepalive = config.network.triton_grpc
     a, b = list(servers)
     clients = {name: server_client(server.grpc_url, keepalive) for name, server in servers.items()}
     streams = TritonBackend(clients, dict.fromkeys(clients, MODEL_ID), headers=config.triton_grpc_headers())
     timeline = Timeline(streams)
+    frozen: int | None = None
     try:
         # What one server writes uninterrupted (and both channels are connected).
         reference = [t async for d in FailoverBackend(InOrder([b]), timeline).generate(_request()) for t in d.token_ids]
@@ -197,17 +214,25 @@ async def _cut_mid_reply(tiny_model: TinyModel, servers: dict[str, ServerOnHost]
         cut_at: float | None = None
         async for delta in backend.generate(_request()):
             tokens.extend(delta.token_ids)
-            if cut_at is None and tokens:
-                servers[a].host.cut()  # mid-reply: silence from host a from now on
+            if cut_at is None and tokens:  # mid-reply: silence from host a from now on
+                if freeze:
+                    frozen = tritonserver_of(servers[a].process.pid or 0)
+                    assert frozen is not None, servers[a].process.log_tail()
+                    os.kill(frozen, signal.SIGSTOP)
+                else:
+                    servers[a].host.cut()
                 cut_at = time.monotonic()
         assert cut_at is not None
     finally:
+        if frozen is not None:
+            os.kill(frozen, signal.SIGCONT)
         await streams.close()
 
     assert a in timeline.failed_at and b in timeline.first_delta_at, "the reply was not cut: the test proves nothing"
     detected_s = timeline.failed_at[a] - cut_at
     resumed_s = timeline.first_delta_at[b] - cut_at
-    print(f"\nquiet link: the stream failed {detected_s:.2f} s after the cut, resumed on {b} after {resumed_s:.2f} s")
+    what = "server" if freeze else "link"
+    print(f"\nquiet {what}: the stream failed {detected_s:.2f} s after the cut, resumed on {b} after {resumed_s:.2f} s")
     assert tokens == reference  # token for token, nothing lost or repeated
     # PINGs every time_ms, an answer due within timeout_ms: the stream fails within their sum.
     assert detected_s <= (keepalive.time_ms + keepalive.timeout_ms) / 1000 + 0.5
