@@ -15,6 +15,7 @@ import redis
 import redis.asyncio as aioredis
 
 from config.redis_errors import NotReplicated, redis_unreachable
+from config.redis_settings import RedisSpec
 from config.replica_acks import ReplicaAcks
 from config.settings import SwitchyardConfig
 from server_host.ports import free_ports
@@ -120,3 +121,30 @@ def test_sentinel_mode_waits_for_one_replica_by_default(tmp_path: Path) -> None:
     assert (single.redis.acks_required, sentinel.redis.acks_required, chosen.redis.acks_required) == (0, 1, 2)
     with pytest.raises(ValueError):
         ReplicaAcks(-1, 100)
+
+
+def test_a_replica_slow_for_a_moment_still_acknowledges_within_the_default(
+    pair: tuple[RedisServer, RedisServer],
+) -> None:
+    """A replica on a saturated host answers late now and then: paused for 0.25 s, it still
+    acknowledges within `redis.replica_ack_timeout_ms` (200 ms once: a spurious "not durable"
+    503 in `bench partitions`)."""
+    primary, replica = pair
+    timeout_ms = RedisSpec().replica_ack_timeout_ms
+
+    async def scenario() -> None:
+        client = aioredis.Redis.from_url(primary.url)
+        script = client.register_script(_SET_AND_COUNT)
+        acks = ReplicaAcks(1, timeout_ms)
+        pid = _pid(replica)
+        os.kill(pid, signal.SIGSTOP)
+        thaw = asyncio.get_running_loop().call_later(0.25, os.kill, pid, signal.SIGCONT)
+        try:
+            assert await acks.run(client, script, ["sy:k", "sy:n"], ["slow"]) == 1
+        finally:
+            thaw.cancel()
+            os.kill(pid, signal.SIGCONT)
+        assert acks.short_acks == 0
+        await client.aclose()
+
+    asyncio.run(scenario())
