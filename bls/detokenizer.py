@@ -13,10 +13,19 @@ into the completion's token ids and decode a small window:
     new_text    = decode(ids[prefix_offset:])
     delta       = new_text[len(prefix_text):]
 
-A delta that ends in U+FFFD ends in a partial character: emit only up to the last complete
-one (tried by dropping up to three trailing tokens, the most a split 4-byte character can
-span) and keep the rest for the next call. On the final call everything is emitted, because an
-incomplete sequence that the reply ends with will never complete.
+A delta that ends in U+FFFD ends in a partial character (or in bytes that are no character
+at all, which a small model writes now and then): emit only up to the last token at which the
+text is complete, and keep the rest for the next call. On the final call everything is
+emitted, because an incomplete sequence that the reply ends with will never complete.
+
+Where the text last was complete is looked for over every token of the step, up to
+SEARCH_TOKENS back (and over all of them before anything was emitted). So the state after a
+step depends only on the token ids, not on how the engine chunked them (for chunks up to
+SEARCH_TOKENS), and a resumed reply primed by replaying the client's tokens in one call from
+(0, 0) reaches the state the previous server was in: read_offset at the last complete end.
+Looking back only three tokens (the most one split character spans), a reply cut after a run
+of four incomplete tokens primed to (0, 0), and the next step sent the client its whole text
+again (`tests/integration/test_failover_e2e.py`, once in a CI run).
 
 The state is two integers, so the stateless `postprocessing` model can hand it back to its
 caller, and a resumed reply can be primed by replaying the tokens already sent.
@@ -28,9 +37,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 REPLACEMENT_CHAR = "\ufffd"
-# A UTF-8 character is at most 4 bytes, so a split one leaves at most 3 trailing tokens
-# that cannot be decoded yet.
-_MAX_PARTIAL_TOKENS = 3
+# How far back a step looks for the last complete end (module docstring): more than the
+# engine's largest chunk, few enough that a run of bytes that never complete stays cheap.
+SEARCH_TOKENS = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +76,7 @@ class IncrementalDetokenizer:
             # Everything goes out: an incomplete character the reply ends with never completes.
             new_text = self._decode(token_ids[prefix:])
             return DetokenizedDelta(new_text[len(prefix_text) :], DetokenizerState(read, len(token_ids)))
-        lowest = max(read + 1, len(token_ids) - _MAX_PARTIAL_TOKENS)
+        lowest = read + 1 if read == 0 else max(read + 1, len(token_ids) - SEARCH_TOKENS)
         for end in range(len(token_ids), lowest - 1, -1):
             new_text = self._decode(token_ids[prefix:end])
             if len(new_text) > len(prefix_text) and not new_text.endswith(REPLACEMENT_CHAR):

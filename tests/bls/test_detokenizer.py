@@ -73,3 +73,47 @@ def test_special_tokens_add_no_text(tokenizer: PromptTokenizer) -> None:
 def test_bad_state_is_rejected(tokenizer: PromptTokenizer) -> None:
     with pytest.raises(ValueError, match="does not fit"):
         IncrementalDetokenizer(tokenizer.decode).step([5], DetokenizerState(0, 3), is_final=False)
+
+
+def _with_runs_of_bytes_that_never_complete(tokenizer: PromptTokenizer) -> list[int]:
+    """A reply the way a small model writes one: text, then runs of lone leading bytes (each
+    decodes to U+FFFD, with or without what follows), then text again."""
+    lone = tokenizer.encode_stop("🚀")[0]
+    return [
+        *tokenizer.encode_stop("Hello "), *[lone] * 6, *tokenizer.encode_stop("mid 你好"),
+        *[lone] * 2, *tokenizer.encode_stop(" and 🚀 end"),
+    ]  # fmt: skip
+
+
+def test_a_reply_cut_after_a_run_of_incomplete_tokens_resumes_without_repeating_itself(
+    tokenizer: PromptTokenizer,
+) -> None:
+    """A failover primes the next server by replaying the client's tokens in one call from
+    (0, 0). After a run of four tokens that never complete, a three-token look-back primed to
+    (0, 0) and the next step sent the client its whole text again."""
+    ids = _with_runs_of_bytes_that_never_complete(tokenizer)
+    detok = IncrementalDetokenizer(tokenizer.decode)
+    cut = len(tokenizer.encode_stop("Hello ")) + 5  # inside the run of six
+    primed = detok.step(ids[:cut], DetokenizerState(), is_final=False)
+    assert primed.text == "Hello "
+    assert primed.state.read_offset == len(tokenizer.encode_stop("Hello "))
+    rest = detok.step(ids, primed.state, is_final=True)
+    assert primed.text + rest.text == tokenizer.decode(ids)
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 3, 5, 8])
+def test_priming_at_any_cut_reaches_the_state_the_streaming_server_had(tokenizer: PromptTokenizer, chunk: int) -> None:
+    """Whatever the engine's chunks (up to SEARCH_TOKENS), the state a server streamed to after
+    `cut` tokens is the state priming `cut` tokens from (0, 0) gives, so a reply resumed there
+    sends the client exactly the text it had not yet had."""
+    ids = _with_runs_of_bytes_that_never_complete(tokenizer)
+    detok = IncrementalDetokenizer(tokenizer.decode)
+    whole = tokenizer.decode(ids)
+    sent, state = "", DetokenizerState()
+    for cut in range(chunk, len(ids), chunk):
+        delta = detok.step(ids[:cut], state, is_final=False)
+        sent, state = sent + delta.text, delta.state
+        primed = detok.step(ids[:cut], DetokenizerState(), is_final=False)
+        assert primed.state.read_offset == state.read_offset, f"cut at {cut}"
+        resumed = detok.step(ids, primed.state, is_final=True)
+        assert sent + resumed.text == whole, f"cut at {cut}"
