@@ -233,7 +233,7 @@ class GpuSpec(_Strict):
 
 
 class AutoscalerSpec(_Strict):
-    """The fleet autoscaler (fleet/, docs/autoscaler.md): how far ahead it looks and how it holds
+    """The fleet autoscaler (autoscaler/, docs/autoscaler.md): how far ahead it looks and how it holds
     back. Off by default: `make up` then runs each pool's `target_copies`."""
 
     enabled: bool = False

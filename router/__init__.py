@@ -8,6 +8,7 @@ happens when that server fails.
     server_picker.py     the policy over that view, counting what this gateway sent since
     failover_backend.py  route, stream, fail over and resume mid-reply on another server
     triton_backend.py    the gRPC stream to one server's `llm` model
+    llm_response.py      one of its responses read as a GenerationDelta (per token: raw bytes)
     routing_setup.py     all of it put together for the gateway's lifespan
 
 Imports `fleet_state`, `quota` (capacity), `contracts` and `config`.
