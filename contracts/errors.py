@@ -164,6 +164,9 @@ def describe_validation_errors(errors: Sequence[Any]) -> tuple[str, str | None]:
     messages: list[str] = []
     params: list[str] = []
     for error in errors:
+        if error.get("type") == "json_invalid":  # its loc is ("body", offset): no field to name
+            messages.append(_invalid_json(error))
+            continue
         loc = field_path(error.get("loc", ()))
         field = ".".join(loc)
         messages.append(_describe(error, field, loc[0] if loc else ""))
@@ -191,8 +194,6 @@ def validation_error_code(errors: Sequence[Any]) -> str:
 
 def _describe(error: Mapping[str, Any], field: str, top_field: str) -> str:
     kind = error.get("type", "")
-    if kind == "json_invalid":
-        return f"request body is not valid JSON ({error.get('ctx', {}).get('error', 'parse error')})"
     if not field:
         return "request body must be a JSON object"
     if kind == "extra_forbidden":
@@ -207,6 +208,27 @@ def _describe(error: Mapping[str, Any], field: str, top_field: str) -> str:
     if kind in _SAID_BY_HINT:
         return f"{echoed(field)} must be {hint}; got {got}"
     return f"{echoed(field)} must be {hint}; got {got} ({reason[0].lower()}{reason[1:]})"
+
+
+def _invalid_json(error: Mapping[str, Any]) -> str:
+    """Where the body stops being JSON: the parser's reason and its character offset (FastAPI
+    puts the offset where a field's name goes; it names no field, so `param` stays null)."""
+    reason = error.get("ctx", {}).get("error", "parse error")
+    loc = error.get("loc", ())
+    at = f" at character {loc[-1]}" if loc and isinstance(loc[-1], int) else ""
+    return f"request body is not valid JSON: {reason}{at}"
+
+
+def unparsed_body_reason(cause: BaseException | None) -> str | None:
+    """Why a JSON body could not be parsed when the parser said no more than that it failed
+    (FastAPI's "There was an error parsing the body" hides its cause); None for another cause."""
+    if isinstance(cause, UnicodeDecodeError):
+        byte = cause.object[cause.start : cause.start + 1].hex()
+        where = f"byte 0x{byte} at offset {cause.start} ({cause.reason})"
+        return f"request body is not valid UTF-8: {where}; send JSON as UTF-8"
+    if isinstance(cause, RecursionError):
+        return "request body nests arrays or objects too deeply to parse; nest them less"
+    return None
 
 
 # Error kinds whose pydantic message only repeats what the field's hint already says.

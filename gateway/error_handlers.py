@@ -23,6 +23,7 @@ from contracts.errors import (
     error_detail,
     error_kind,
     error_type_for,
+    unparsed_body_reason,
     validation_error_code,
 )
 from contracts.generation import BackendError, BackendUnavailable
@@ -79,6 +80,9 @@ def install_error_handlers(app: FastAPI) -> None:
         if methods:  # Allow: every method the path serves, not only those of the route Starlette tried
             message = f"{echoed(request.method)} is not served at this path; it serves {', '.join(methods)}"
             return error_response(405, error_type, message, None, {**(exc.headers or {}), "Allow": ", ".join(methods)})
+        reason = unparsed_body_reason(exc.__cause__) if exc.status_code == 400 else None
+        if reason is not None:
+            return error_response(400, error_type, reason, None, exc.headers, "invalid_json")
         return error_response(exc.status_code, error_type, str(exc.detail), None, exc.headers)
 
     async def on_backend_error(request: Request, exc: Exception) -> JSONResponse:

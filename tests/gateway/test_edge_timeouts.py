@@ -1,10 +1,12 @@
-"""Slow clients under a real uvicorn: a body that stalls or trickles gets 408, and a request
-head sent a byte at a time is cut off, so neither holds a connection for ever."""
+"""Slow and malformed clients under a real uvicorn: a body that stalls or trickles gets 408, and a
+request head sent a byte at a time is cut off, so neither holds a connection for ever; a head too
+large is a JSON 431, one that is not HTTP a JSON 400, each read whole by the client (no reset)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import socket
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -121,3 +123,31 @@ async def test_a_kept_alive_connection_serves_requests_in_time(port: int) -> Non
             while (await asyncio.wait_for(reader.readline(), timeout=DEADLINE_S)) != b"\r\n":
                 pass
             await asyncio.wait_for(reader.readexactly(len(b'{"status":"ok"}')), timeout=DEADLINE_S)
+
+
+async def refused(port: int, request: bytes) -> tuple[bytes, dict[str, Any]]:
+    """The status line and JSON error a raw `request` gets (all of it sent first)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    with contextlib.closing(writer):
+        writer.write(request)
+        await asyncio.wait_for(writer.drain(), timeout=DEADLINE_S)
+        answer = await asyncio.wait_for(reader.read(), timeout=DEADLINE_S)  # until the server closes
+    response_head, _, body = answer.partition(b"\r\n\r\n")
+    status = response_head.split(b"\r\n")[0]
+    error: dict[str, Any] = json.loads(body)["error"]
+    return status, error
+
+
+async def test_two_hundred_headers_of_8_kb_get_a_json_431(port: int, team_key: str, backend: Any) -> None:
+    headers = b"".join(b"X-Filler-%d: %s\r\n" % (i, b"a" * 8000) for i in range(200))
+    status, error = await refused(port, head(team_key, 2)[:-2] + headers + b"\r\n{}")
+    assert status.startswith(b"HTTP/1.1 431")
+    assert error["type"] == "invalid_request_error" and error["code"] == "request_header_fields_too_large"
+    assert error["param"] is None and "16 KiB" in error["message"]
+    assert backend.requests == []
+
+
+async def test_a_head_that_is_not_http_gets_a_json_400(port: int) -> None:
+    status, error = await refused(port, b"POST /v1/generate HTTP/1.1\r\nBad Header Name: x\r\n\r\n")
+    assert status.startswith(b"HTTP/1.1 400")
+    assert error["code"] == "invalid_http_request" and "not valid HTTP/1.1" in error["message"]

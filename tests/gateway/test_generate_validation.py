@@ -98,6 +98,37 @@ async def test_body_that_is_not_json(client: httpx.AsyncClient) -> None:
     assert "not valid JSON" in error_of(response)["message"]
 
 
+JSON = {"Content-Type": "application/json"}
+
+
+@pytest.mark.parametrize("path", ["/v1/generate", "/v1/completions", "/v1/chat/completions"])
+async def test_invalid_json_names_its_position_in_the_message_not_in_param(
+    client: httpx.AsyncClient, path: str
+) -> None:
+    response = await client.post(path, content=b'{"model": "small", "prompt": x}', headers=JSON)
+    assert response.status_code == 400
+    error = error_of(response)
+    assert error["param"] is None and error["code"] == "invalid_json"
+    assert error["message"] == "request body is not valid JSON: Expecting value at character 29"
+
+
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        (b'{"model": "sm\xffall", "prompt": "x", "max_tokens": 1}', "not valid UTF-8: byte 0xff at offset 13"),
+        (b"[" * 100_000 + b"]" * 100_000, "nests arrays or objects too deeply"),
+    ],
+)
+async def test_a_body_json_cannot_parse_says_why(
+    client: httpx.AsyncClient, backend: Any, body: bytes, says: str
+) -> None:
+    response = await client.post("/v1/completions", content=body, headers=JSON)
+    assert response.status_code == 400
+    error = error_of(response)
+    assert says in error["message"] and error["code"] == "invalid_json" and error["param"] is None
+    assert backend.requests == []
+
+
 async def test_body_that_is_not_an_object(client: httpx.AsyncClient) -> None:
     response = await client.post("/v1/generate", json=["small", "hi", 3])
     assert response.status_code == 400
