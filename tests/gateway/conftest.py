@@ -31,6 +31,7 @@ from gateway.settings import GatewaySettings
 from quota.capacity import StaticCapacity
 from quota.key_files import ADMIN_KEY_ENV
 from quota.keys import SyncKeyStore
+from tests.auth_headers import bearer
 
 SENTENCES = [
     "the quick brown fox jumps over the lazy dog",
@@ -245,8 +246,7 @@ def team_key(make_key: Callable[[str], str]) -> str:
 async def client(app: FastAPI, team_key: str) -> AsyncIterator[httpx.AsyncClient]:
     """The app in-process, sending team alpha's key unless a test sets another header."""
     transport = httpx.ASGITransport(app=app)
-    headers = {"Authorization": f"Bearer {team_key}"}
-    async with httpx.AsyncClient(transport=transport, base_url="http://gateway", headers=headers) as http:
+    async with httpx.AsyncClient(transport=transport, base_url="http://gateway", headers=bearer(team_key)) as http:
         yield http
 
 

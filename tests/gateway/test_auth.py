@@ -17,6 +17,7 @@ from gateway.auth import AdminDep, PrincipalDep, install_auth, require_model_acc
 from gateway.edge_keys import KeyCache
 from gateway.error_handlers import install_error_handlers
 from quota.keys import KeyStore, hash_key
+from tests.auth_headers import bearer
 
 ADMIN_KEY = "sy-admin-key-for-tests"
 TEAMS = {"alpha": TeamSpec(), "beta": TeamSpec(models=["small"])}
@@ -58,10 +59,6 @@ async def http(store: KeyStore) -> AsyncIterator[httpx.AsyncClient]:
     transport = httpx.ASGITransport(app=build_app(store))
     async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as client:
         yield client
-
-
-def bearer(key: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {key}"}
 
 
 async def test_open_routes_need_no_key(http: httpx.AsyncClient) -> None:

@@ -14,6 +14,7 @@ import pytest
 import redis
 
 from quota.capacity import StaticCapacity
+from tests.auth_headers import bearer
 
 PROMPT = "the quick brown fox"
 POOL_TOKENS = 100
@@ -34,10 +35,6 @@ def lease_body(count_tokens: Callable[[str], int]) -> Callable[..., dict[str, An
         return {"model": "small", "prompt": PROMPT, "max_tokens": max_tokens, "class": request_class, **extra}
 
     return body
-
-
-def bearer(key: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {key}"}
 
 
 async def test_a_team_beyond_its_share_is_429_while_the_other_is_admitted(

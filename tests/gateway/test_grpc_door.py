@@ -24,6 +24,7 @@ from gateway.settings import GatewaySettings
 from quota.capacity import StaticCapacity
 from quota.keys import SyncKeyStore, hash_key
 from server_host.ports import free_ports
+from tests.auth_headers import bearer
 
 from .conftest import FakeBackend
 
@@ -52,10 +53,6 @@ async def triton(door_url: str) -> AsyncIterator[triton_aio.InferenceServerClien
     client = triton_aio.InferenceServerClient(door_url)
     yield client
     await client.close()
-
-
-def bearer(key: str) -> dict[str, str]:
-    return {"authorization": f"Bearer {key}"}
 
 
 def tensor(name: str, values: list[Any], datatype: str) -> InferInput:

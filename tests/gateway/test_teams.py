@@ -9,6 +9,8 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.auth_headers import bearer
+
 PROMPT = "the quick brown fox"
 BODY: dict[str, Any] = {"model": "small", "prompt": PROMPT, "max_tokens": 3}
 CHAT: dict[str, Any] = {"model": "small", "messages": [{"role": "user", "content": "hi"}]}
@@ -22,10 +24,6 @@ ROUTES = [
     ("POST", "/v1/chat/completions", CHAT),
     ("GET", "/v1/usage", None),
 ]
-
-
-def bearer(key: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {key}"}
 
 
 @pytest.mark.parametrize(("method", "path", "body"), ROUTES)

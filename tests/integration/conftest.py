@@ -31,6 +31,7 @@ from server_host.process import ManagedProcess, wait_until
 from server_host.triton_server import TritonServer
 from stack.redis_server import RedisServer
 from stack.secret_files import ensure_secret_files
+from tests.auth_headers import bearer
 
 POOL_ID = "tiny"
 MODEL_ID = "tiny"
@@ -157,7 +158,7 @@ class LiveGateway:
 
     @property
     def headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.api_key}"}
+        return bearer(self.api_key)
 
 
 @pytest.fixture(scope="session")

@@ -24,6 +24,7 @@ from bench.live import read_kv_metrics
 from config.redis_client import sync_redis_client
 from quota.keys import SyncKeyStore
 from server_host.process import wait_until
+from tests.auth_headers import bearer
 
 from .conftest import LiveGateway, TritonPool
 from .test_failover_e2e import (  # noqa: F401 - `fleet` is a fixture
@@ -67,10 +68,6 @@ def _is_final(result: Any) -> bool:
     return bool(result.get_response().parameters["triton_final_response"].bool_param)
 
 
-def _bearer(key: str) -> dict[str, str]:
-    return {"authorization": f"Bearer {key}"}
-
-
 async def _stream(
     url: str,
     model: str,
@@ -110,7 +107,7 @@ def _usage(live_gateway: LiveGateway) -> dict[str, int]:
 
 
 def test_replies_equal_http_and_usage_is_counted_once(live_gateway: LiveGateway, triton_pool: TritonPool) -> None:
-    model, headers = triton_pool.model_id, _bearer(live_gateway.api_key)
+    model, headers = triton_pool.model_id, bearer(live_gateway.api_key)
     body = {"model": model, "prompt": PROMPT, "max_tokens": 24, "ignore_eos": True}
     http = httpx.post(f"{live_gateway.url}/v1/generate", json=body, timeout=60, headers=live_gateway.headers).json()
     before = _usage(live_gateway)
@@ -135,7 +132,7 @@ def test_replies_equal_http_and_usage_is_counted_once(live_gateway: LiveGateway,
 def test_stop_stream_cancel_requests_frees_the_kv(live_gateway: LiveGateway, triton_pool: TritonPool) -> None:
     responses: queue.Queue[tuple[Any, Any]] = queue.Queue()
     client = triton_sync.InferenceServerClient(live_gateway.grpc_url)
-    client.start_stream(lambda result, error: responses.put((result, error)), headers=_bearer(live_gateway.api_key))
+    client.start_stream(lambda result, error: responses.put((result, error)), headers=bearer(live_gateway.api_key))
     client.async_stream_infer(triton_pool.model_id, _inputs("cancel me " * 20, 4000), request_id="door-cancel-1")
     _, error = responses.get(timeout=60)
     assert error is None, error
@@ -151,12 +148,12 @@ def test_stop_stream_cancel_requests_frees_the_kv(live_gateway: LiveGateway, tri
 def test_a_bad_key_and_over_share(live_gateway: LiveGateway, triton_pool: TritonPool) -> None:
     client = triton_sync.InferenceServerClient(live_gateway.grpc_url)
     with pytest.raises(InferenceServerException) as refused:
-        client.infer(triton_pool.model_id, _inputs(PROMPT, 4), headers=_bearer("sy-made-up"))
+        client.infer(triton_pool.model_id, _inputs(PROMPT, 4), headers=bearer("sy-made-up"))
     assert refused.value.status() == "StatusCode.UNAUTHENTICATED"
     client.close()
 
     with sync_redis_client(live_gateway.config, "admin") as admin:
-        capped = _bearer(SyncKeyStore(admin, live_gateway.config.teams).create("e2e-capped"))
+        capped = bearer(SyncKeyStore(admin, live_gateway.config.teams).create("e2e-capped"))
     # One reply that holds nearly all of the team's tokens in flight until this test cancels it
     # (one that ran to its end could finish before the second call, on a quick or a loaded machine).
     responses: queue.Queue[tuple[Any, Any]] = queue.Queue()
@@ -185,7 +182,7 @@ def test_a_bad_key_and_over_share(live_gateway: LiveGateway, triton_pool: Triton
 
 
 def test_a_server_killed_mid_stream_resumes_token_for_token(fleet: Fleet, live_gateway: LiveGateway) -> None:  # noqa: F811
-    url, headers = live_gateway.grpc_url, _bearer(live_gateway.api_key)
+    url, headers = live_gateway.grpc_url, bearer(live_gateway.api_key)
     prompts = [f"door failover story {i} about a river" for i in range(6)]
     seeds = [None if i % 2 == 0 else 2000 + i for i in range(6)]
     log = live_gateway.config.var_path / "logs" / "gw.log"
