@@ -39,6 +39,7 @@ from gateway.generation import GenerationService
 from gateway.idempotency import IdempotencyStore
 from gateway.metering import install_metering
 from gateway.metrics import GatewayMetrics
+from gateway.openapi_document import install_openapi
 from gateway.request_bus import RequestBus
 from gateway.requests_registry import RequestRegistry
 from gateway.routes import api_router
@@ -195,6 +196,7 @@ def create_app(
     app.state.settings = settings
     app.state.metrics = GatewayMetrics(multiprocess_dir=settings.prometheus_multiproc_dir)
     install_error_handlers(app)
+    install_openapi(app)  # the document's integer bounds as the integers the server keeps
     app.add_middleware(EdgeGuard)
     app.include_router(api_router)
     install_console(app)  # /console: pages over a session cookie (gateway/console/)

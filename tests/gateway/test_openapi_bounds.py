@@ -14,6 +14,7 @@ import pytest
 
 from build_engines.tokenizer import LLAMA_CHAT_TEMPLATE
 from contracts.field_checks import MAX_STOP_CHARS, MAX_STOP_STRINGS, MIN_TOP_P
+from gateway.openapi_document import integer_bound
 from tests.gateway.conftest import FakeBackend
 
 PNG = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01\x00\x00\x00\x01\x08\x00\x00\x00\x00:~\x9bU"
@@ -184,3 +185,35 @@ async def test_batch_metadata_is_bounded_as_the_document_says(client: httpx.Asyn
     at_the_bounds = {**{str(i): "v" for i in range(15)}, "k" * 64: "v" * 512}
     reply = await client.post("/v1/batches", json={**body, "metadata": at_the_bounds})
     assert reply.status_code == 404  # past validation: the file is what is missing
+
+
+@pytest.mark.parametrize("path", list(BODIES))
+async def test_seed_bounds_are_the_servers_int64_limits_as_integers(
+    client: httpx.AsyncClient, spec: dict[str, Any], path: str
+) -> None:
+    (integer,) = field_schema(spec, path, "seed")
+    assert integer == {"type": "integer", "minimum": -(2**63), "maximum": 2**63 - 1}
+    assert all(type(integer[key]) is int for key in ("minimum", "maximum"))
+    assert (await client.post(path, json={**BODIES[path], "seed": 2**63 - 1})).status_code == 200
+    assert (await client.post(path, json={**BODIES[path], "seed": 2**63})).status_code == 400
+
+
+async def test_every_integer_bound_in_the_document_is_an_integer(spec: dict[str, Any]) -> None:
+    def bounds(node: Any) -> list[Any]:
+        if isinstance(node, list):
+            return [b for item in node for b in bounds(item)]
+        if not isinstance(node, dict):
+            return []
+        own = [node[k] for k in ("minimum", "maximum") if node.get("type") == "integer" and k in node]
+        return own + [b for value in node.values() for b in bounds(value)]
+
+    found = bounds(spec)
+    assert found and all(type(bound) is int for bound in found)
+
+
+def test_a_wide_bound_that_is_not_known_is_refused_not_rounded() -> None:
+    assert integer_bound(9.223372036854776e18) == 2**63 - 1
+    assert integer_bound(-9.223372036854776e18) == -(2**63)
+    assert integer_bound(4096.0) == 4096
+    with pytest.raises(ValueError, match="lost its exact value"):
+        integer_bound(1.8446744073709552e19)
