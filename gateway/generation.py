@@ -21,7 +21,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,6 +44,7 @@ from contracts.prompt_context import check_context, encode_prompt
 from contracts.schemas import GenerateBody
 from contracts.token_ids import PackedTokenIds
 from gateway.auth import Principal, require_model_access
+from gateway.delta_records import delta_from_record, logprobs_from_record
 from gateway.idempotency import ClaimState, IdempotencyStore, RecordGone, fingerprint
 from gateway.metering import Metering
 from gateway.metrics import GatewayMetrics
@@ -226,7 +227,7 @@ class GenerationService:
         self._observe_admission(pool_id, request_class, admitting)
         admitted = time.time()
         block_size = self._config.pools[pool_id].engine.block_size
-        carried = [GenerationDelta(text, tuple(ids)) for text, ids in (resumed or {}).get("deltas", [])]
+        carried = list(stored_deltas(resumed or {}, 0))
         request = GenerationRequest(
             request_id=scoped,
             model_id=model.model_id,
@@ -354,7 +355,7 @@ class GenerationService:
             async for stored in follow:
                 if stored.final is None:
                     seen += 1
-                    yield GenerationDelta(stored.text, stored.token_ids)
+                    yield GenerationDelta(stored.text, stored.token_ids, logprobs=stored.logprobs)
                     continue
                 async for delta in _stored(stored.final, seen):
                     yield delta
@@ -373,10 +374,18 @@ class GenerationService:
             ) from None
 
 
+def stored_deltas(result: dict[str, Any], seen: int) -> Iterator[GenerationDelta]:
+    """A stored result's deltas from delta `seen` on, its prompt's log-probabilities first."""
+    if seen == 0 and result.get("prompt_logprobs") is not None:
+        yield GenerationDelta(prompt_logprobs=logprobs_from_record(result["prompt_logprobs"]))
+    for record in result.get("deltas", [])[seen:]:
+        yield delta_from_record(record)
+
+
 async def _stored(result: dict[str, Any], seen: int) -> AsyncIterator[GenerationDelta]:
     """A finished request's stored result as backend deltas, from delta `seen` on."""
-    for text, token_ids in result.get("deltas", [])[seen:]:
-        yield GenerationDelta(text, tuple(token_ids))
+    for delta in stored_deltas(result, seen):
+        yield delta
     usage = Usage(**result.get("usage", {}))
     if result.get("error"):
         # A failed generation replays as the failure it was, not as a normal end.

@@ -56,6 +56,8 @@ import redis.asyncio as aioredis
 
 from config.replica_acks import ReplicaAcks
 from config.script_runner import ScriptRunner
+from contracts.generation import GenerationDelta, Logprobs
+from gateway.delta_records import delta_from_record, delta_record
 
 logger = logging.getLogger(__name__)
 
@@ -150,11 +152,13 @@ class Claim:
 
 @dataclass(frozen=True, slots=True)
 class StoredDelta:
-    """One entry of a request's deltas stream: text and tokens, or the final result."""
+    """One entry of a request's deltas stream: text and tokens (with their log-probabilities
+    when the request asked), or the final result."""
 
     text: str = ""
     token_ids: tuple[int, ...] = ()
     final: dict[str, Any] | None = None
+    logprobs: Logprobs | None = None
 
 
 def fingerprint(body: dict[str, Any]) -> str:
@@ -269,10 +273,10 @@ class IdempotencyStore:
             return None
         return ClaimState.DONE if _text(state) == "done" else ClaimState.RUNNING
 
-    async def mirror(self, team_id: str, request_id: str, deltas: Sequence[tuple[str, tuple[int, ...]]]) -> None:
+    async def mirror(self, team_id: str, request_id: str, deltas: Sequence[GenerationDelta]) -> None:
         """Append deltas for the processes following this request (one entry, however many)."""
         stream = self._deltas_key(team_id, request_id)
-        encoded = json.dumps([[text, list(token_ids)] for text, token_ids in deltas], separators=(",", ":"))
+        encoded = json.dumps([delta_record(delta) for delta in deltas], separators=(",", ":"))
         async with self._redis.pipeline(transaction=False) as pipe:
             pipe.xadd(stream, {"deltas": encoded})
             pipe.expire(stream, self._ttl_s)
@@ -347,8 +351,9 @@ class IdempotencyStore:
                 if "final" in decoded:
                     yield StoredDelta(final=json.loads(decoded["final"]))
                     return
-                for text, token_ids in json.loads(decoded.get("deltas", "[]")):
-                    yield StoredDelta(text, tuple(token_ids))
+                for record in json.loads(decoded.get("deltas", "[]")):
+                    delta = delta_from_record(record)
+                    yield StoredDelta(delta.text, delta.token_ids, logprobs=delta.logprobs)
         raise TimeoutError(f"request {request_id!r}: no progress for {idle_timeout_s:.0f} s")
 
 

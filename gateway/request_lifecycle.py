@@ -31,6 +31,7 @@ import redis
 
 from contracts.generation import GenerationDelta
 from contracts.latency_log import LatencyLog
+from gateway.delta_records import delta_record, logprobs_record
 from gateway.idempotency import IdempotencyStore
 from gateway.metering import Metering, request_usage
 from gateway.redis_retry import until_reachable
@@ -136,9 +137,7 @@ class RequestLifecycle:
             if len(entry.deltas) > mirrored:
                 batch, mirrored = entry.deltas[mirrored:], len(entry.deltas)
                 try:
-                    await self._idempotency.mirror(
-                        self._team_id, self._public_id, [(delta.text, delta.token_ids) for delta in batch]
-                    )
+                    await self._idempotency.mirror(self._team_id, self._public_id, batch)
                 except redis.RedisError as exc:
                     logger.warning("mirroring request %s stopped (%s): its followers get the rest at its end",
                                    self._public_id, exc)  # fmt: skip
@@ -163,7 +162,10 @@ class RequestLifecycle:
             "stop_reason": entry.stop_reason or ("error" if entry.error else "aborted"),
             "usage": entry.usage.as_dict(),
             "error": str(entry.error) if entry.error is not None else None,
-            "deltas": [[delta.text, list(delta.token_ids)] for delta in entry.deltas],
+            "deltas": [delta_record(delta) for delta in entry.deltas],
+            # The prompt's log-probabilities (echo), sent once by the first server: a resumed
+            # generation's server does not send them again.
+            "prompt_logprobs": None if entry.prompt_logprobs is None else logprobs_record(entry.prompt_logprobs),
             # What of the reply's tokens is on the bill: a generation that resumes it bills the rest.
             "billed_tokens": entry.usage.completion_tokens if delivered else self._billed_before,
         }

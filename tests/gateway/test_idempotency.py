@@ -8,6 +8,7 @@ import asyncio
 import pytest
 import redis.asyncio as aioredis
 
+from contracts.generation import GenerationDelta, Logprobs
 from gateway.idempotency import ClaimState, IdempotencyStore, RecordGone, StoredDelta, fingerprint
 
 
@@ -35,7 +36,7 @@ async def test_concurrent_claims_elect_exactly_one_generator(redis_url: str) -> 
 async def test_follow_replays_then_streams_live_until_final(redis_url: str) -> None:
     store = IdempotencyStore(aioredis.Redis.from_url(redis_url))
     await store.claim("t", "r", "fp")
-    await store.mirror("t", "r", [("Hel", (1, 2))])
+    await store.mirror("t", "r", [GenerationDelta("Hel", (1, 2))])
     seen: list[StoredDelta] = []
 
     async def reader() -> None:
@@ -44,7 +45,7 @@ async def test_follow_replays_then_streams_live_until_final(redis_url: str) -> N
 
     task = asyncio.create_task(reader())
     await asyncio.sleep(0.1)
-    await store.mirror("t", "r", [("lo", (3,)), ("!", (4,))])
+    await store.mirror("t", "r", [GenerationDelta("lo", (3,)), GenerationDelta("!", (4,))])
     await store.record_final("t", "r", {"stop_reason": "stop"}, keep_s=3600, followed=True)
     await asyncio.wait_for(task, 5)
     assert seen == [
@@ -58,7 +59,7 @@ async def test_follow_replays_then_streams_live_until_final(redis_url: str) -> N
 async def test_follow_gives_up_on_a_stream_whose_owner_died(redis_url: str) -> None:
     store = IdempotencyStore(aioredis.Redis.from_url(redis_url))
     await store.claim("t", "orphan", "fp")
-    await store.mirror("t", "orphan", [("x", (1,))])
+    await store.mirror("t", "orphan", [GenerationDelta("x", (1,))])
     with pytest.raises(TimeoutError):
         async for _ in store.follow("t", "orphan", idle_timeout_s=0.3):
             pass
@@ -80,7 +81,7 @@ async def test_follow_waits_longer_than_the_clients_socket_timeout(redis_url: st
 
     async def owner() -> None:
         await asyncio.sleep(1.1)  # more than twice the socket timeout
-        await store.mirror("t", "slow", [("late", (1,))])
+        await store.mirror("t", "slow", [GenerationDelta("late", (1,))])
         await store.record_final("t", "slow", {"stop_reason": "stop"}, keep_s=3600, followed=True)
 
     writing = asyncio.create_task(owner())
@@ -126,7 +127,7 @@ async def test_a_follower_asks_the_owner_again_until_something_arrives(redis_url
     async def nudge() -> None:
         asks.append(asyncio.get_running_loop().time())
         if len(asks) == 3:  # the owner hears the third ask
-            await store.mirror("t", "late", [("a", (1,))])
+            await store.mirror("t", "late", [GenerationDelta("a", (1,))])
             await store.record_final("t", "late", {"stop_reason": "stop"}, keep_s=3600, followed=True)
 
     seen = [delta async for delta in store.follow("t", "late", idle_timeout_s=10, nudge=nudge)]
@@ -138,7 +139,7 @@ async def test_no_request_id_names_another_requests_keys(redis_url: str) -> None
     """`r:deltas` is a valid request id; it once named the deltas stream of `r` (a WRONGTYPE 500)."""
     store = IdempotencyStore(aioredis.Redis.from_url(redis_url))
     await store.claim("t", "r", "fp")
-    await store.mirror("t", "r", [("Hel", (1, 2))])
+    await store.mirror("t", "r", [GenerationDelta("Hel", (1, 2))])
     assert (await store.claim("t", "r:deltas", "fp")).state is ClaimState.NEW
     assert await store.state("t", "r:deltas") is ClaimState.RUNNING
     await store.record_final("t", "r:deltas", {"stop_reason": "stop"}, keep_s=60, followed=True)
@@ -155,7 +156,7 @@ async def test_a_claim_whose_owner_died_is_taken_over_once(redis_url: str) -> No
     idempotency window and every retry with the id failed)."""
     store = IdempotencyStore(aioredis.Redis.from_url(redis_url), owner_ttl_s=1.0)
     assert (await store.claim("t", "r", "fp")).state is ClaimState.NEW
-    await store.mirror("t", "r", [("partial", (1,))])
+    await store.mirror("t", "r", [GenerationDelta("partial", (1,))])
     renewed_until = asyncio.get_running_loop().time() + 2.5  # past the TTL: renewals kept it
     async with store.owning("t", "r"):  # a live owner keeps it, renewed by the process's keeper
         while asyncio.get_running_loop().time() < renewed_until:
@@ -197,3 +198,14 @@ async def test_a_generation_that_failed_after_tokens_is_resumed_by_one_claim(red
     done = await store.claim("t", "r", "fp")
     assert done.state is ClaimState.DONE and done.result == {"stop_reason": "length", "deltas": [["Hello", [1, 2, 3]]]}
     assert await aioredis.Redis.from_url(redis_url).hget("sy:req:t:r", "resumable") is None
+
+
+async def test_followers_get_the_log_probabilities_of_what_they_follow(redis_url: str) -> None:
+    client = aioredis.Redis.from_url(redis_url)
+    store = IdempotencyStore(client, ttl_s=60)
+    await store.claim("t", "lp", "d")
+    scores = Logprobs(token_logprobs=(-0.5, -1.25), top_token_ids=(7, 8, 9, 10), top_logprobs=(-0.5, -2.0, -1.25, -3.0))
+    await store.mirror("t", "lp", [GenerationDelta("ab", (1, 2), logprobs=scores)])
+    follow = store.follow("t", "lp", idle_timeout_s=5.0)
+    assert await anext(follow) == StoredDelta("ab", (1, 2), logprobs=scores)
+    await client.aclose()

@@ -6,13 +6,14 @@ a 502 after 22 generated tokens billed all 22)."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from typing import Any, cast
 
 import httpx
 import redis
 from fastapi import FastAPI
 
-from contracts.generation import BackendError, GenerationDelta, GenerationRequest
+from contracts.generation import BackendError, GenerationDelta, GenerationRequest, Logprobs
 from gateway.request_lifecycle import RequestLifecycle
 from gateway.requests_registry import InflightRequest
 
@@ -116,3 +117,29 @@ async def test_a_mirror_write_that_fails_stops_the_mirror_quietly() -> None:
     entry.apply(GenerationDelta("lo", (2,)), 0.2)  # nothing more is mirrored
     await asyncio.sleep(0)
     assert store.calls == 1
+
+
+def _scored(delta: GenerationDelta, first: float) -> GenerationDelta:
+    """`delta` with a log-probability per token (and one alternative each: itself)."""
+    values = tuple(first - i for i in range(len(delta.token_ids)))
+    return replace(delta, logprobs=Logprobs(values, delta.token_ids, values))
+
+
+async def test_a_resumed_reply_keeps_the_log_probabilities_of_the_tokens_it_carries(
+    client: httpx.AsyncClient, app: FastAPI, backend: FakeBackend, sse: Any
+) -> None:
+    """The log-probabilities the failed generation's server sent are the resumed reply's too:
+    one per token, as an uninterrupted reply has them."""
+    backend.deltas = [_scored(delta, -0.25 * (i + 1)) for i, delta in enumerate(backend.deltas)]
+    backend.error_after = 2
+    backend.error = BackendError("server 'x': UNAVAILABLE: Stream removed")
+    body, headers = {**BODY, "logprobs": 1}, {"X-Request-Id": "r-scored"}
+    streamed = await client.post("/v1/completions", json={**body, "stream": True}, headers=headers)
+    assert sse(streamed.text)[-1][0] == "error"
+    backend.error_after = None
+    for _ in range(2):  # resumed, then replayed from its stored result
+        reply = (await client.post("/v1/completions", json=body, headers=headers)).raise_for_status().json()
+        logprobs = reply["choices"][0]["logprobs"]
+        assert reply["choices"][0]["text"] == "Hello, world"
+        assert logprobs["token_logprobs"] == [-0.25, -1.25, -0.5, -0.75]
+    assert len(backend.requests) == 2
