@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from autoscaler.actuators import Actuator
 from autoscaler.live import LiveOptions, serve_autoscaler
 from autoscaler.signals import ServerCapacity
 from config.settings import SwitchyardConfig
+from threads.loop_thread import LoopThread
 
 logger = logging.getLogger(__name__)
 
@@ -30,6 +30,8 @@ _LOGGED = ("autoscaler", "supervisor")
 
 
 class AutoscalerThread:
+    """`serve_autoscaler` for the pools, from synchronous code, until `stop()`."""
+
     def __init__(
         self,
         config: SwitchyardConfig,
@@ -45,10 +47,7 @@ class AutoscalerThread:
         self._pool_ids = list(pool_ids)
         self._options = options if options is not None else LiveOptions()
         self._capacities = capacities
-        self._thread: threading.Thread | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stop: asyncio.Event | None = None
-        self._started = threading.Event()
+        self._thread = LoopThread("autoscaler", self._main, logger, daemon=True)
         self._log_path = log_path
         self._log_handler: logging.Handler | None = None
 
@@ -63,35 +62,22 @@ class AutoscalerThread:
                 logged.addHandler(self._log_handler)
                 if logged.getEffectiveLevel() > logging.INFO:
                     logged.setLevel(logging.INFO)
-        self._thread = threading.Thread(target=asyncio.run, args=(self._main(),), name="autoscaler", daemon=True)
         self._thread.start()
-        self._started.wait(10.0)
 
     def alive(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
+        return self._thread.alive()
 
     def stop(self, timeout_s: float = 30.0) -> None:
-        if self._thread is None:
-            return
-        if self._loop is not None and self._stop is not None and self._thread.is_alive():
-            self._loop.call_soon_threadsafe(self._stop.set)
-        self._thread.join(timeout_s)
-        if self._thread.is_alive():
-            logger.warning("the autoscaler thread did not stop within %.0f s", timeout_s)
-        self._thread = None
+        """End the pass in progress and the loop (a warning if that takes over `timeout_s`)."""
+        self._thread.stop(timeout_s)
         if self._log_handler is not None:
             for name in _LOGGED:
                 logging.getLogger(name).removeHandler(self._log_handler)
             self._log_handler.close()
             self._log_handler = None
 
-    async def _main(self) -> None:
-        self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
-        self._started.set()
-        try:
-            await serve_autoscaler(
-                self._config, self._actuator, self._pool_ids, self._stop, self._options, capacities=self._capacities
-            )
-        except Exception:
-            logger.exception("the autoscaler stopped")
-            raise
+    async def _main(self, stop: asyncio.Event) -> None:
+        # An exception that ends it is logged through this module's logger, so to the log file.
+        await serve_autoscaler(
+            self._config, self._actuator, self._pool_ids, stop, self._options, capacities=self._capacities
+        )

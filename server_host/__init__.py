@@ -9,5 +9,5 @@
     process.py, adopted_process.py, ports.py, signals.py
                           child processes, processes taken over by pid, port plans, signals
 
-Imports `config`, `contracts` and `fleet_state`; the supervisor and the stack launch it.
+Imports `config`, `contracts`, `fleet_state` and `threads`; the supervisor and the stack launch it.
 """

@@ -30,6 +30,7 @@ from config.settings import SwitchyardConfig
 from fleet_state.epochs import Fenced
 from fleet_state.load_board import LoadBoard, LoadReport
 from fleet_state.server_health import probe_server
+from threads.loop_thread import LoopThread, wait_or_stop
 
 logger = logging.getLogger(__name__)
 # A Redis outage is logged once per this many seconds, not at every report.
@@ -56,17 +57,17 @@ class LoadPublisher:
         self._metrics_url = metrics_url
         self._epoch = epoch
         self.fenced = threading.Event()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=lambda: asyncio.run(self._run()), name="load-publisher", daemon=True)
+        # A daemon: a process that exits without stopping it leaves the report to go stale.
+        self._thread = LoopThread("load-publisher", self._run, logger, daemon=True)
 
     def start(self) -> None:
         self._thread.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
+        """Stop publishing and remove the report (waits up to 10 s)."""
+        self._thread.stop(timeout_s=10)
 
-    async def _run(self) -> None:
+    async def _run(self, stop: asyncio.Event) -> None:
         interval_s = self._config.fleet.load_publish_s
         # One line of load every 0.1 s: two connections at most (docs/capacity.md: per server).
         client = redis_client(self._config, "fleet", socket_timeout=2.0, socket_connect_timeout=2.0, max_connections=2)
@@ -74,7 +75,7 @@ class LoadPublisher:
         seq, warned_at = 0, float("-inf")
         try:
             async with httpx.AsyncClient() as http:
-                while not self._stop.is_set():
+                while not stop.is_set():
                     began = time.monotonic()
                     probe = await probe_server(http, self._health_url, self._metrics_url, max(interval_s * 2, 1.0))
                     seq += 1
@@ -91,7 +92,7 @@ class LoadPublisher:
                                 "cannot publish %s's load to %s: %s", self._server_id, self._config.redis.address, exc
                             )
                             warned_at = began
-                    await asyncio.sleep(max(0.0, interval_s - (time.monotonic() - began)))
+                    await wait_or_stop(stop, interval_s - (time.monotonic() - began))
             with contextlib.suppress(OSError, redis.RedisError):  # its silence says the same, later
                 await board.remove(self._pool_id, self._server_id)
         finally:

@@ -30,6 +30,7 @@ from fleet_state.epochs import Fenced
 from fleet_state.registry import ServerInfo, ServerRegistry
 from fleet_state.server_health import Liveness, Verdict, probe_server
 from fleet_state.server_state import ServerState
+from threads.loop_thread import LoopThread, wait_or_stop
 
 logger = logging.getLogger(__name__)
 
@@ -40,19 +41,19 @@ class SelfRegistration:
     def __init__(self, config: SwitchyardConfig, info: ServerInfo) -> None:
         self._config = config
         self._info = info
-        self._stop = threading.Event()
         self.fenced = threading.Event()
         self.epoch: int | None = None  # of its registration, once registered
-        self._thread = threading.Thread(target=lambda: asyncio.run(self._run()), name="self-registration")
+        # Not a daemon: the process waits for its deregistration at exit.
+        self._thread = LoopThread("self-registration", self._run, logger)
 
     def start(self) -> None:
         self._thread.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
+        """Stop heartbeating and deregister (waits up to 10 s)."""
+        self._thread.stop(timeout_s=10)
 
-    async def _run(self) -> None:
+    async def _run(self, stop: asyncio.Event) -> None:
         fleet = self._config.fleet
         client = redis_client(self._config, "fleet", socket_timeout=2.0, max_connections=2)  # a heartbeat
         registry = ServerRegistry(client, fleet.dead_after_s)
@@ -61,7 +62,7 @@ class SelfRegistration:
         try:
             async with httpx.AsyncClient() as http:
                 registered = False
-                while not self._stop.is_set():
+                while not stop.is_set():
                     now = time.time()
                     probe = await probe_server(http, info.health_url, info.metrics_url, fleet.heartbeat_s * 2)
                     verdict = liveness.observe(now, probe)
@@ -80,7 +81,7 @@ class SelfRegistration:
                         return  # the record is the replacement's: not deregistered
                     except (OSError, redis.RedisError) as exc:
                         logger.warning("cannot reach the registry at %s: %s", self._config.redis.address, exc)
-                    await asyncio.sleep(fleet.heartbeat_s)
+                    await wait_or_stop(stop, fleet.heartbeat_s)
                 if registered:
                     with contextlib.suppress(Fenced):
                         await registry.deregister(info.server_id, epoch=self.epoch)

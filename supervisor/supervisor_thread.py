@@ -10,7 +10,7 @@ event loop in a thread of its own, with its own Redis client.
 from __future__ import annotations
 
 import asyncio
-import threading
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -20,6 +20,9 @@ from fleet_state.load_board import LoadBoard
 from fleet_state.registry import ServerRegistry
 from server_host.ports import PortAllocator
 from supervisor.supervisor import Supervisor
+from threads.loop_thread import LoopThread
+
+logger = logging.getLogger(__name__)
 
 # The supervisor's passes (probes, registrations, targets) on one loop: a few connections.
 SUPERVISOR_CONNECTIONS = 8
@@ -40,49 +43,36 @@ class SupervisorThread:
         self._ports = ports
         self._pool_ids = pool_ids
         self._config_path = config_path
-        self._thread: threading.Thread | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stopping: asyncio.Event | None = None
-        self._started = threading.Event()
-        self._error: BaseException | None = None
+        self._start_timeout_s: float | None = None
+        # Not a daemon: at exit the interpreter waits for the servers to be stopped.
+        self._thread = LoopThread("supervisor", self._main, logger)
         self._supervisor: Supervisor | None = None
 
     def start(self, timeout_s: float | None = None) -> None:
         """Return once every server is READY; raise what `Supervisor.start` raised otherwise."""
-        self._thread = threading.Thread(target=asyncio.run, args=(self._main(timeout_s),), name="supervisor")
-        self._thread.start()
-        while not self._started.wait(0.5):
-            if not self._thread.is_alive():
-                raise RuntimeError("the supervisor thread died while starting the servers (see its traceback)")
-        if self._error is not None:
-            self._thread.join()
-            raise self._error
+        self._start_timeout_s = timeout_s
+        self._thread.start(until_ready=True)
 
     def set_target(self, pool_id: str, copies: int, timeout_s: float = 10.0) -> None:
         """Run `copies` copies of the pool (`Supervisor.set_target`), from any thread; raises
         its ValueError, or RuntimeError when the supervisor is not running."""
-        supervisor, loop = self._supervisor, self._loop
-        if supervisor is None or loop is None or not self.alive():
+        supervisor = self._supervisor
+        if supervisor is None or not self.alive():
             raise RuntimeError("the supervisor is not running")
 
         async def apply() -> None:
             supervisor.set_target(pool_id, copies)
 
-        asyncio.run_coroutine_threadsafe(apply(), loop).result(timeout_s)
+        self._thread.call(apply, timeout_s)
 
     def alive(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
+        return self._thread.alive()
 
     def stop(self) -> None:
-        if self._thread is None:
-            return
-        if self._loop is not None and self._stopping is not None and self._thread.is_alive():
-            self._loop.call_soon_threadsafe(self._stopping.set)
-        self._thread.join()
-        self._thread = None
+        """Stop and deregister every server (`Supervisor.stop`), and wait for that."""
+        self._thread.stop()
 
-    async def _main(self, timeout_s: float | None) -> None:
-        self._loop, self._stopping = asyncio.get_running_loop(), asyncio.Event()
+    async def _main(self, stop: asyncio.Event) -> None:
         client = redis_client(self._config, "fleet", max_connections=SUPERVISOR_CONNECTIONS)
         try:
             registry = ServerRegistry(client, self._config.fleet.dead_after_s)
@@ -95,15 +85,11 @@ class SupervisorThread:
                 config_path=self._config_path,
             )
             self._supervisor = supervisor
-            try:
-                await supervisor.start(timeout_s)
-            except BaseException as exc:  # start() has stopped whatever it launched
-                self._error = exc
-                return
-            finally:
-                self._started.set()
+            # What this raises, start() raises; Supervisor.start has stopped whatever it launched.
+            await supervisor.start(self._start_timeout_s)
+            self._thread.ready()
             watch = asyncio.create_task(supervisor.run())
-            await self._stopping.wait()
+            await stop.wait()
             watch.cancel()
             self._supervisor = None
             await supervisor.stop()
