@@ -15,33 +15,39 @@
 A failure of one request on a stream is that request's `error_message` response (as Triton
 sends it), or with the `triton_grpc_error: true` header the stream's status (Triton's
 opt-in); ModelInfer and a refused key end the call with the status (status.py).
+
+TensorRT-LLM's guided decoding and log-probability tensors (trtllm_tensors.py) become the
+GenerationInput's grammar and `logprobs`, so they meet the rules, limits and failover of the
+HTTP routes' `response_format` and `logprobs` in GenerationService.
+
+A model the door does not serve (that name, or that version) is `ready: false` to ModelReady
+and NOT_FOUND to the other model RPCs, as Triton answers both.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterator
-from typing import Any
+from collections.abc import Iterator
+from typing import Any, NoReturn
 
 import grpc
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
-from contracts.errors import model_not_found
+from contracts.errors import ApiError, model_not_found
 from gateway.auth import Principal, bearer_key, require_model_access, resolve_principal
 from gateway.deps import Services
 from gateway.edge_keys import KeyCache
-from gateway.generation import body_digest, generation_input
 from gateway.grpc_door.models import model_config, model_metadata, server_metadata
+from gateway.grpc_door.replies import door_generation_input, request_digest, responses, whole_response
 from gateway.grpc_door.status import DoorStatus, door_status
-from gateway.grpc_door.tensors import DoorRequest, infer_response, parse_request
+from gateway.grpc_door.tensors import MODEL_VERSION, DoorRequest, parse_request, unknown_version
 from gateway.key_slots import KeySlots, too_many
 from gateway.metrics import GatewayMetrics
 from gateway.readers import reading
 from gateway.requests_registry import InflightRequest
 from quota.keys import hash_key
 
-DOOR = "grpc"  # the usage label of what comes through here
 TEAM_METADATA = "x-switchyard-team"  # the admin key acting for a team, as HTTP's X-Switchyard-Team
 GRPC_ERROR_METADATA = "triton_grpc_error"  # "true": a stream's failure ends it with its status
 _END = object()  # the reader's "no more responses" on a stream's queue
@@ -78,15 +84,20 @@ class InferenceDoor(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ign
         return server_metadata()
 
     async def ModelReady(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        await self._model_for_caller(request.name, context)
+        """`ready: false` for a model the door does not serve, as Triton answers a probe (code
+        that polls readiness must not crash); the key is still needed, and another team's model
+        is still PERMISSION_DENIED."""
+        name = await self._model_for_caller(request, context, probe=True)
+        if name is None:
+            return service_pb2.ModelReadyResponse(ready=False)
         pools = await self._services.backend.readiness()
-        return service_pb2.ModelReadyResponse(ready=any(p.ready for p in pools if p.model_id == request.name))
+        return service_pb2.ModelReadyResponse(ready=any(p.ready for p in pools if p.model_id == name))
 
     async def ModelMetadata(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        return model_metadata(await self._model_for_caller(request.name, context))
+        return model_metadata(await self._served_model(request, context))
 
     async def ModelConfig(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        return model_config(await self._model_for_caller(request.name, context))
+        return model_config(await self._served_model(request, context))
 
     # -- inference -----------------------------------------------------------------------------
 
@@ -101,7 +112,7 @@ class InferenceDoor(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ign
                     await entry.wait_done()
                 if entry.error is not None:
                     raise entry.error
-                return _whole(parsed, entry, final=None)
+                return whole_response(parsed, entry, final=None)
         except Exception as exc:  # every failure is a status
             await self._abort(context, self._failed(exc))
 
@@ -121,7 +132,7 @@ class InferenceDoor(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ign
                 with self._slot(caller, stream=True):
                     parsed = parse_request(request)
                     entry = await self._start(caller, parsed, stream=parsed.stream)
-                    async for response in self._responses(parsed, entry):
+                    async for response in responses(parsed, entry, self._services.registry):
                         queue.put_nowait(service_pb2.ModelStreamInferResponse(infer_response=response))
             except Exception as exc:  # that request's failure, not the stream's
                 status = self._failed(exc)
@@ -158,39 +169,8 @@ class InferenceDoor(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ign
 
     async def _start(self, caller: _Caller, parsed: DoorRequest, *, stream: bool) -> InflightRequest:
         """`stream`: its responses go out as they come (ModelInfer's never do)."""
-        body = parsed.body
-        return await self._services.generation.start(
-            caller.principal, generation_input(body, door=DOOR, stream=stream), body_digest(body)
-        )
-
-    async def _responses(self, parsed: DoorRequest, entry: InflightRequest) -> AsyncIterator[Any]:
-        """One generation's responses: its deltas as they come, then a final one with its
-        finish reason and usage (`stream` false: one response with the whole reply)."""
-        registry = self._services.registry
-        with reading(entry, registry):
-            if not parsed.stream:
-                await entry.wait_done()
-                if entry.error is not None:
-                    raise entry.error
-                yield _whole(parsed, entry, final=True)
-                return
-            seen = completion = 0
-            while True:
-                while seen < len(entry.deltas):
-                    delta = entry.deltas[seen]
-                    seen += 1
-                    completion += len(delta.token_ids)
-                    yield infer_response(
-                        parsed.body.model, parsed.request_id or entry.public_id, parsed.outputs,
-                        text=delta.text, token_ids=delta.token_ids, finish_reason="", usage=entry.usage,
-                        completion_tokens=completion, final=False,
-                    )  # fmt: skip
-                if entry.done:
-                    break
-                await entry.wait_changed(seen)
-            if entry.error is not None:
-                raise entry.error
-            yield _whole(parsed, entry, final=True, text="", token_ids=())
+        inp = await door_generation_input(parsed, stream=stream)
+        return await self._services.generation.start(caller.principal, inp, request_digest(parsed))
 
     async def _caller(self, context: grpc.aio.ServicerContext) -> _Caller:
         """The caller's key from `authorization: Bearer KEY` metadata (what tritonclient sends
@@ -217,24 +197,44 @@ class InferenceDoor(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ign
         finally:
             slot.release()
 
-    async def _model_for_caller(self, name: str, context: grpc.aio.ServicerContext) -> str:
-        """The model `name`, when it exists (NOT_FOUND) and the caller's team may use it."""
+    async def _model_for_caller(self, request: Any, context: grpc.aio.ServicerContext, *, probe: bool) -> str | None:
+        """The model a model RPC names, when the door serves it (that name, that version) and
+        the caller's team may use it (PERMISSION_DENIED otherwise). One the door does not serve
+        is NOT_FOUND, or with `probe` (ModelReady) None."""
         try:
             caller = await self._caller(context)
-            if self._services.catalog.get(name) is None:
-                raise model_not_found(name, self._services.catalog.ids())
-            require_model_access(caller.principal, caller.principal.team, name)
+            unserved = self._unserved(request.name, request.version)
+            if unserved is not None:
+                if probe:
+                    return None
+                raise unserved
+            require_model_access(caller.principal, caller.principal.team, request.name)
         except Exception as exc:  # every refusal is a status
             await self._abort(context, self._failed(exc))
+        return str(request.name)
+
+    async def _served_model(self, request: Any, context: grpc.aio.ServicerContext) -> str:
+        name = await self._model_for_caller(request, context, probe=False)
+        assert name is not None  # not a probe: a model the door does not serve was NOT_FOUND
         return name
+
+    def _unserved(self, name: str, version: str) -> ApiError | None:
+        """Why the door does not serve model `name` at `version` ("": the latest); None when it does."""
+        catalog = self._services.catalog
+        if catalog.get(name) is None:
+            return model_not_found(name, catalog.ids())
+        if version not in ("", MODEL_VERSION):
+            return unknown_version(name, version)
+        return None
 
     def _failed(self, exc: BaseException) -> DoorStatus:
         status = door_status(exc)
         self._metrics.errors.labels(status=str(status.http_status), type=status.error_type).inc()
         return status
 
-    async def _abort(self, context: grpc.aio.ServicerContext, status: DoorStatus) -> None:
+    async def _abort(self, context: grpc.aio.ServicerContext, status: DoorStatus) -> NoReturn:
         await context.abort(status.code, status.message, trailing_metadata=status.trailing_metadata)
+        raise AssertionError("grpc.aio's abort raises")  # never reached: typed for mypy
 
     # -- the rest of Triton's protocol ---------------------------------------------------------
 
@@ -283,29 +283,6 @@ async def _not_served(context: grpc.aio.ServicerContext, rpc: str, why: str) -> 
         grpc.StatusCode.UNIMPLEMENTED,
         f"{rpc} is not served by Switchyard's gRPC door ({why}); it serves ServerLive, ServerReady, "
         "ServerMetadata, ModelReady, ModelMetadata, ModelConfig, ModelInfer and ModelStreamInfer",
-    )
-
-
-def _whole(
-    parsed: DoorRequest,
-    entry: InflightRequest,
-    *,
-    final: bool | None,
-    text: str | None = None,
-    token_ids: tuple[int, ...] | None = None,
-) -> Any:
-    """The reply so far in one response with its end: all of it, or (`text`/`token_ids` given)
-    the end alone after the streamed deltas."""
-    return infer_response(
-        parsed.body.model,
-        parsed.request_id or entry.public_id,
-        parsed.outputs,
-        text=entry.text if text is None else text,
-        token_ids=[t for delta in entry.deltas for t in delta.token_ids] if token_ids is None else token_ids,
-        finish_reason=entry.stop_reason or "aborted",
-        usage=entry.usage,
-        completion_tokens=entry.usage.completion_tokens,
-        final=final,
     )
 
 

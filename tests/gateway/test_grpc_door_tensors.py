@@ -17,7 +17,7 @@ from bls.llm_request import LlmRequest, parse_llm_request
 from bls.tensors import DictTensorSource
 from contracts.errors import ApiError, invalid_request
 from contracts.generation import BackendError, BackendUnavailable, GenerationRequest, Usage
-from contracts.llm_tensors import LLM_INPUTS, LLM_OUTPUT_NAMES, LLM_OUTPUTS, STREAM
+from contracts.llm_tensors import LLM_ALWAYS_OUTPUT_NAMES, LLM_INPUTS, LLM_OUTPUT_NAMES, LLM_OUTPUTS, STREAM
 from engine.request import RequestClass, SamplingParams
 from gateway.grpc_door.status import door_status
 from gateway.grpc_door.tensors import DOOR_INPUTS, infer_response, parse_request
@@ -55,7 +55,7 @@ def test_raw_tensors_become_the_body_http_validates() -> None:
         ["\n", "é"],
         0.5,
     )
-    assert body.request_id == "r-1" and parsed.stream is False and parsed.outputs == LLM_OUTPUT_NAMES
+    assert body.request_id == "r-1" and parsed.stream is False and parsed.outputs == LLM_ALWAYS_OUTPUT_NAMES
 
 
 def test_typed_contents_are_read_too() -> None:
@@ -177,7 +177,8 @@ def test_the_door_takes_exactly_the_tables_public_inputs() -> None:
         "input_ids",
         "resume_token_ids",
         "cache_namespace",
-        # Structured output and log-probabilities: the door's once GenerateBody has the fields.
+        # Structured output and log-probabilities: the door takes them under TensorRT-LLM's
+        # names instead (trtllm_tensors.py; tests/gateway/test_grpc_door_trtllm_tensors.py).
         "guided_grammar",
         "logprobs",
         "prompt_logprobs",
@@ -224,7 +225,7 @@ def test_responses_carry_the_tables_outputs_with_their_datatypes_and_shapes() ->
     )  # fmt: skip
     assert [(t.name, t.datatype, list(t.shape)) for t in response.outputs] == [
         (spec.name, spec.datatype, [3] if spec.is_list else [1]) for spec in LLM_OUTPUTS if not spec.when_asked
-    ]  # log-probabilities (`when_asked`) are not served at the door yet
+    ]  # `llm`'s log-probabilities (`when_asked`) are the gateway's; the door sends TensorRT-LLM's
     assert "triton_final_response" not in response.parameters
     only = infer_response(
         "small", "r-1", ("finish_reason", "text_output"), text="a", token_ids=[], finish_reason="stop", usage=usage,

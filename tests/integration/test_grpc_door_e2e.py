@@ -1,10 +1,14 @@
 """The gRPC front door on the live stack, through unmodified `tritonclient.grpc` and
 `tritonclient.grpc.aio`: the replies `/v1/generate` gives, a cancel that frees the server's KV,
-keys and shares enforced, a server killed mid-stream resumed token for token, usage counted once."""
+keys and shares enforced, a server killed mid-stream resumed token for token, usage counted once;
+TensorRT-LLM's guided decoding and log-probability tensors (a JSON-schema reply that validates,
+the log-probabilities `/v1/completions` gives), and Triton's `ready: false` for a model it lacks."""
 
 from __future__ import annotations
 
 import asyncio
+import json
+import math
 import queue
 import threading
 import time
@@ -47,15 +51,23 @@ PROMPT = "The quick brown fox"
 CAPPED_HOLD_TOKENS = 7800
 
 
-def _inputs(prompt: str, max_tokens: int, *, seed: int | None = None) -> list[Any]:
-    """Greedy (or seeded sampling), `ignore_eos`: the inputs `llm` documents (docs/tensors.md)."""
+def _inputs(
+    prompt: str, max_tokens: int, *, seed: int | None = None, ignore_eos: bool = True, **trtllm: Any
+) -> list[Any]:
+    """Greedy (or seeded sampling), `ignore_eos`: the inputs `llm` documents (docs/tensors.md);
+    `trtllm`: TensorRT-LLM's guided decoding and log-probability inputs by name (docs/grpc.md)."""
     values: list[tuple[str, Any, str]] = [
         ("text_input", np.array([prompt.encode()], dtype=np.object_), "BYTES"),
         ("max_tokens", np.array([max_tokens], dtype=np.int32), "INT32"),
-        ("ignore_eos", np.array([True]), "BOOL"),
+        ("ignore_eos", np.array([ignore_eos]), "BOOL"),
     ]
     if seed is not None:
         values += [("temperature", np.array([0.9], np.float32), "FP32"), ("seed", np.array([seed], np.int64), "INT64")]
+    for name, value in trtllm.items():
+        if isinstance(value, bool):
+            values.append((name, np.array([value]), "BOOL"))
+        else:
+            values.append((name, np.array([value.encode()], dtype=np.object_), "BYTES"))
     inputs = []
     for name, array, datatype in values:
         item = triton_sync.InferInput(name, list(array.shape), datatype)
@@ -214,3 +226,78 @@ def test_a_server_killed_mid_stream_resumes_token_for_token(fleet: Fleet, live_g
         assert got["token_ids"] == want["token_ids"], f"reply {index}"
         assert got["final"]["finish_reason"] == b"length"
         assert int(got["final"]["completion_tokens"]) == MAX_TOKENS  # each token counted once
+
+
+def test_a_model_the_door_lacks_is_not_ready_as_triton_answers(
+    live_gateway: LiveGateway, triton_pool: TritonPool
+) -> None:
+    client = triton_sync.InferenceServerClient(live_gateway.grpc_url)
+    headers = bearer(live_gateway.api_key)
+    try:
+        # The gateway learns its pools' readiness a moment after it starts serving.
+        assert wait_until(lambda: client.is_model_ready(triton_pool.model_id, headers=headers), 60)
+        assert client.is_model_ready("nope", headers=headers) is False  # Triton's answer; it used to raise
+        with pytest.raises(InferenceServerException) as refused:
+            client.get_model_metadata("nope", headers=headers)
+        assert refused.value.status() == "StatusCode.NOT_FOUND"  # as Triton answers it
+    finally:
+        client.close()
+
+
+# The schema of tests/integration/test_structured_outputs_e2e.py: short, and every value checkable.
+GUIDE_SCHEMA = {
+    "type": "object",
+    "properties": {"id": {"type": "integer", "minimum": 0, "maximum": 999}, "ok": {"type": "boolean"}},
+    "required": ["id", "ok"],
+    "additionalProperties": False,
+}
+
+
+def test_a_json_schema_guide_gives_a_reply_that_validates(live_gateway: LiveGateway, triton_pool: TritonPool) -> None:
+    client = triton_sync.InferenceServerClient(live_gateway.grpc_url)
+    inputs = _inputs(
+        PROMPT, 60, ignore_eos=False,
+        guided_decoding_guide_type="json_schema", guided_decoding_guide=json.dumps(GUIDE_SCHEMA),
+    )  # fmt: skip
+    try:
+        result = client.infer(triton_pool.model_id, inputs, headers=bearer(live_gateway.api_key))
+        with pytest.raises(InferenceServerException) as refused:  # llguidance's reason, before any token
+            client.infer(
+                triton_pool.model_id,
+                _inputs(PROMPT, 5, guided_decoding_guide_type="json_schema", guided_decoding_guide='{"type":"strin"}'),
+                headers=bearer(live_gateway.api_key),
+            )
+    finally:
+        client.close()
+    assert result.as_numpy("finish_reason")[0] == b"stop"
+    value = json.loads(result.as_numpy("text_output")[0].decode())
+    assert set(value) == {"id", "ok"} and isinstance(value["ok"], bool)
+    assert isinstance(value["id"], int) and 0 <= value["id"] <= 999
+    assert refused.value.status() == "StatusCode.INVALID_ARGUMENT" and "guided_decoding_guide" in str(refused.value)
+
+
+def test_return_log_probs_equal_the_completions_routes(live_gateway: LiveGateway, triton_pool: TritonPool) -> None:
+    body = {
+        "model": triton_pool.model_id, "prompt": PROMPT, "max_tokens": 12, "temperature": 0.0, "logprobs": 0,
+        "ignore_eos": True,
+    }  # fmt: skip
+    http = httpx.post(f"{live_gateway.url}/v1/completions", json=body, timeout=60, headers=live_gateway.headers)
+    assert http.status_code == 200, http.text
+    want = http.json()["choices"][0]["logprobs"]["token_logprobs"]
+    inputs = _inputs(PROMPT, 12, return_log_probs=True)
+    temperature = triton_sync.InferInput("temperature", [1], "FP32")
+    temperature.set_data_from_numpy(np.array([0.0], np.float32))
+    client = triton_sync.InferenceServerClient(live_gateway.grpc_url)
+    try:
+        whole = client.infer(triton_pool.model_id, [*inputs, temperature], headers=bearer(live_gateway.api_key))
+    finally:
+        client.close()
+    got = whole.as_numpy("output_log_probs")
+    assert got.shape == (1, 12) and len(want) == 12  # (beam, token): one per output token id
+    # The same up to float rounding: one of the two reads its prompt from the prefix cache.
+    assert all(math.isclose(a, b, rel_tol=1e-4, abs_tol=1e-5) for a, b in zip(got[0].tolist(), want, strict=True)), (
+        got,
+        want,
+    )
+    assert all(value <= 0 for value in want)
+    assert math.isclose(float(whole.as_numpy("cum_log_probs")[0]), math.fsum(got[0].tolist()), rel_tol=1e-5)
