@@ -121,6 +121,11 @@ class StreamOptions(UnicodeChecked):
     include_obfuscation: bool | None = None  # ignored: nothing here needs padding against side channels
 
 
+# OpenAI's sampling temperature when a request gives none (or null): `/v1/generate` keeps its
+# documented default instead (greedy).
+OPENAI_TEMPERATURE = 1.0
+
+
 class _OpenAIRequest(UnicodeChecked):
     """Fields both routes take (declaration order matters: validators read earlier fields).
     Ranges are the engine's after conversion to each tensor's dtype (contracts/field_checks.py);
@@ -132,7 +137,9 @@ class _OpenAIRequest(UnicodeChecked):
     stream: bool | None = None
     stream_options: StreamOptions | None = None
     stop: StopList = Field(default_factory=list)
-    temperature: Annotated[float, Field(ge=0.0, le=2.0)] | None = None
+    # OpenAI's default: sampled at temperature 1 (null too); 0 is greedy. `seed` reproduces a
+    # sampled reply (the engines draw token i from (seed, i)).
+    temperature: Annotated[float, Field(ge=0.0, le=2.0)] | None = OPENAI_TEMPERATURE
     top_p: TopP | None = None
     seed: Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX)] | None = None
     n: Annotated[Any, Neutral(1)] = None

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Iterator
@@ -240,7 +241,7 @@ class GenerationService:
             temperature=inp.temperature,
             top_p=inp.top_p,
             top_k=inp.top_k,
-            seed=inp.seed,
+            seed=request_seed(inp, resumed),
             ignore_eos=inp.ignore_eos,
             cache_namespace=team_id,
             # Sent in the prompt's place: the server does not tokenize it a second time.
@@ -372,6 +373,18 @@ class GenerationService:
             raise BackendUnavailable(
                 f"lost Redis while following request {public_id!r} ({exc}): retry with the same request_id", 1
             ) from None
+
+
+def request_seed(inp: GenerationInput, resumed: dict[str, Any] | None) -> int | None:
+    """The seed a generation draws from: the caller's, else for a sampled reply one made here
+    (or the one the generation it resumes drew from), so a reply resumed on another server, by
+    failover or by a retry of its id, goes on as the first server would have: one sampled
+    reply, not two spliced together. Greedy needs none."""
+    if inp.seed is not None or not inp.temperature:
+        return inp.seed
+    if resumed is not None and resumed.get("seed") is not None:
+        return int(resumed["seed"])
+    return secrets.randbits(63)
 
 
 def stored_deltas(result: dict[str, Any], seen: int) -> Iterator[GenerationDelta]:

@@ -38,7 +38,7 @@ from contracts.caller_echo import echoed
 from contracts.catalog import ServedModel
 from contracts.errors import error_payload, field_path, invalid_request
 from contracts.generation import BackendError, GenerationDelta, RequestClass, Usage
-from contracts.openai_schemas import ChatCompletionRequest, CompletionRequest, FinishReason
+from contracts.openai_schemas import OPENAI_TEMPERATURE, ChatCompletionRequest, CompletionRequest, FinishReason
 from contracts.prompt_context import count_prompt_tokens
 from contracts.schemas import RequestId
 from gateway.error_handlers import error_response
@@ -276,7 +276,7 @@ def started_generation(
         stop=tuple(body.stop),
         request_class=request_class,
         request_id=request_id,
-        temperature=body.temperature,
+        temperature=OPENAI_TEMPERATURE if body.temperature is None else body.temperature,
         top_p=body.top_p,
         top_k=body.top_k,
         seed=body.seed,

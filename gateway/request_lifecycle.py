@@ -29,7 +29,7 @@ from typing import Any
 
 import redis
 
-from contracts.generation import GenerationDelta
+from contracts.generation import GRAMMAR_FAILED, GenerationDelta
 from contracts.latency_log import LatencyLog
 from gateway.delta_records import delta_record, logprobs_record
 from gateway.idempotency import IdempotencyStore
@@ -156,13 +156,19 @@ class RequestLifecycle:
             self._mirror.cancel()  # the final entry carries every delta the followers lack
         ended = time.monotonic()
         # The bill is what reached the caller: a whole reply that failed reached no one, unless
-        # a stream read it as it came, here or in another process (a repeat that attached).
-        delivered = entry.error is None or entry.streamed or self._followed
+        # a stream read it as it came, here or in another process (a repeat that attached). A
+        # reply its grammar gave up on reached no one as a product, streamed or not.
+        grammar_failed = entry.stop_reason == GRAMMAR_FAILED
+        delivered = not grammar_failed and (entry.error is None or entry.streamed or self._followed)
+        # Its record replays that end (a repeat of its id gets the same 400), never resumed: the
+        # grammar would give up again.
+        failure = None if grammar_failed else entry.error
         result: dict[str, Any] = {
             "stop_reason": entry.stop_reason or ("error" if entry.error else "aborted"),
             "usage": entry.usage.as_dict(),
-            "error": str(entry.error) if entry.error is not None else None,
+            "error": str(failure) if failure is not None else None,
             "deltas": [delta_record(delta) for delta in entry.deltas],
+            "seed": entry.request.seed,  # what a generation resuming it draws from
             # The prompt's log-probabilities (echo), sent once by the first server: a resumed
             # generation's server does not send them again.
             "prompt_logprobs": None if entry.prompt_logprobs is None else logprobs_record(entry.prompt_logprobs),
@@ -172,7 +178,7 @@ class RequestLifecycle:
         team, public_id = self._team_id, self._public_id
         # Failed after some tokens (every server it could move to failed): a retry of its id
         # resumes it where it stopped, rather than replaying the failure or generating anew.
-        resumable = entry.error is not None and bool(entry.deltas) and not entry.cancel_requested
+        resumable = failure is not None and bool(entry.deltas) and not entry.cancel_requested
 
         async def end_record() -> None:
             # A failure before any token (a backend 503, say) frees the id, so the retry its

@@ -15,6 +15,7 @@ import redis
 from fastapi import FastAPI
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
+from build_engines.tokenizer import LLAMA_CHAT_TEMPLATE
 from config.settings import SwitchyardConfig, load_config
 from contracts.generation import (
     BackendError,
@@ -168,6 +169,15 @@ def config_path(tmp_path: Path, tokenizer_json: Path, redis_url: str, redis_secr
         )
     )
     return path
+
+
+@pytest.fixture
+def chat_template(config_path: Path) -> None:
+    """Both models ship the Llama 2 template, so chat requests reach the backend. (The test
+    tokenizer has no `<s>` token, so the template's BOS text stays in the prompt.)"""
+    config = {"bos_token": "<s>", "eos_token": "</s>", "chat_template": LLAMA_CHAT_TEMPLATE}
+    for model_id in ("small", "large"):
+        (config_path.parent / "models" / model_id / "tokenizer_config.json").write_text(json.dumps(config))
 
 
 @pytest.fixture

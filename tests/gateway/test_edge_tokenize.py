@@ -3,16 +3,13 @@ route that takes one (chat: all its messages together)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from fastapi import FastAPI
 
-from build_engines.tokenizer import LLAMA_CHAT_TEMPLATE
 from contracts.catalog import ServedModel
 
 
@@ -28,12 +25,6 @@ def tokenized(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
 
     monkeypatch.setattr(ServedModel, "encode_prompt", spy)
     yield seen
-
-
-@pytest.fixture
-def chat_template(config_path: Path) -> None:
-    config = {"bos_token": "<s>", "eos_token": "</s>", "chat_template": LLAMA_CHAT_TEMPLATE}
-    (config_path.parent / "models" / "small" / "tokenizer_config.json").write_text(json.dumps(config))
 
 
 def limit_of(app: FastAPI, model_id: str) -> int:

@@ -3,7 +3,6 @@ replies are OpenAI's chat objects, whole and streamed, and bad messages are 400s
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -12,7 +11,6 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from build_engines.tokenizer import LLAMA_CHAT_TEMPLATE
 from contracts.openai_schemas import CHAT_DEFAULT_MAX_TOKENS
 
 Sse = Callable[[str], list[tuple[str | None, Any]]]
@@ -21,14 +19,7 @@ MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "conten
 BODY: dict[str, Any] = {"model": "small", "messages": MESSAGES, "max_tokens": 9}
 RENDERED = "<s>[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nthe quick fox [/INST]"
 
-
-@pytest.fixture(autouse=True)
-def chat_template(config_path: Path) -> None:
-    """Both models ship the Llama 2 template. (The test tokenizer has no `<s>` token, so the
-    template's BOS text stays in the prompt.)"""
-    config = {"bos_token": "<s>", "eos_token": "</s>", "chat_template": LLAMA_CHAT_TEMPLATE}
-    for model_id in ("small", "large"):
-        (config_path.parent / "models" / model_id / "tokenizer_config.json").write_text(json.dumps(config))
+pytestmark = pytest.mark.usefixtures("chat_template")
 
 
 async def test_whole_reply_is_a_chat_completion(

@@ -4,15 +4,12 @@ disagreements schemathesis found, each pinned here at the boundary)."""
 
 from __future__ import annotations
 
-import json
 import math
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from build_engines.tokenizer import LLAMA_CHAT_TEMPLATE
 from contracts.field_checks import MAX_STOP_CHARS, MAX_STOP_STRINGS, MIN_TOP_P
 from gateway.openapi_document import integer_bound
 from tests.gateway.conftest import FakeBackend
@@ -23,13 +20,7 @@ COMPLETION = {"model": "small", "prompt": "the quick brown fox", "max_tokens": 2
 CHAT = {"model": "small", "messages": [{"role": "user", "content": "the fox"}], "max_tokens": 2}
 BODIES = {"/v1/generate": GENERATE, "/v1/completions": COMPLETION, "/v1/chat/completions": CHAT}
 
-
-@pytest.fixture(autouse=True)
-def chat_template(config_path: Path) -> None:
-    """The models ship the Llama 2 template, so chat requests reach the backend."""
-    config = {"bos_token": "<s>", "eos_token": "</s>", "chat_template": LLAMA_CHAT_TEMPLATE}
-    for model_id in ("small", "large"):
-        (config_path.parent / "models" / model_id / "tokenizer_config.json").write_text(json.dumps(config))
+pytestmark = pytest.mark.usefixtures("chat_template")
 
 
 @pytest.fixture

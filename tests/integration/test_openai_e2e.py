@@ -1,6 +1,7 @@
 """End to end through the official `openai` SDK: a real gateway process in front of the real
 Triton server of `triton_pool`, one streamed chat completion rendered with the model's own
-chat template, whose prompt reaches the engine with exactly one BOS."""
+chat template, whose prompt reaches the engine with exactly one BOS; and OpenAI's sampling
+defaults (temperature 1, a seed that reproduces a reply)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ def test_streamed_chat_completion_through_the_sdk(live_gateway, triton_pool) -> 
         model=triton_pool.model_id,
         messages=messages,
         max_tokens=12,
+        temperature=0,
         stream=True,
         stream_options={"include_usage": True},
         extra_body={"ignore_eos": True},
@@ -41,6 +43,25 @@ def test_streamed_chat_completion_through_the_sdk(live_gateway, triton_pool) -> 
 
     # Greedy, whole: the same text.
     whole = client.chat.completions.create(
-        model=triton_pool.model_id, messages=messages, max_tokens=12, extra_body={"ignore_eos": True}
+        model=triton_pool.model_id, messages=messages, max_tokens=12, temperature=0, extra_body={"ignore_eos": True}
     )
     assert whole.choices[0].message.content == text
+
+
+def test_replies_are_sampled_by_default_and_a_seed_reproduces_one(live_gateway, triton_pool) -> None:  # type: ignore[no-untyped-def]
+    """Found from outside: seeds 0, 1 and 2 gave one text, as every identical request did (the
+    routes were greedy by default). OpenAI's default is temperature 1."""
+    client = openai.OpenAI(base_url=f"{live_gateway.url}/v1", api_key=live_gateway.api_key, max_retries=0, timeout=60)
+
+    def text(**sampling: int) -> str:
+        reply = client.completions.create(
+            model=triton_pool.model_id, prompt="The quick brown fox", max_tokens=16, extra_body={"ignore_eos": True},
+            **sampling,
+        )  # fmt: skip
+        return reply.choices[0].text
+
+    by_seed = {seed: text(seed=seed) for seed in range(4)}
+    assert len(set(by_seed.values())) > 1  # sampled: each seed its own draw
+    assert all(text(seed=seed) == reply for seed, reply in by_seed.items())  # and reproduced
+    assert len({text() for _ in range(3)}) > 1  # no seed: each request its own draw
+    assert len({text(temperature=0) for _ in range(2)}) == 1  # greedy when asked
