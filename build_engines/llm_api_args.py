@@ -1,5 +1,7 @@
 """The `model.yaml` of a pool's `tensorrt_llm` model: `tensorrt_llm.LLM`'s arguments, sized by
-the plan (`switchyard plan MODEL`) and shaped by the pool's engine settings.
+the plan (`switchyard plan MODEL`) and shaped by the pool's engine settings. This is the GPU
+path: TensorRT-LLM's LLM API (the PyTorch backend, the only one upstream keeps) loads the HF
+checkpoint directly, with no engine build.
 
     switchyard.yaml                         model.yaml (LLM(**args), TensorRT-LLM's PyTorch backend)
     ───────────────                         ───────────────────────────────────────────────────────
@@ -13,10 +15,17 @@ the plan (`switchyard plan MODEL`) and shaped by the pool's engine settings.
     gpu.kv_memory_fraction              ──▶ kv_cache_config.free_gpu_memory_fraction
     pools.P.engine.enable_prefix_caching──▶ kv_cache_config.enable_block_reuse
     pools.P.engine.enable_chunked_prefill─▶ enable_chunked_prefill
-                                            skip_tokenizer_init (`llm` tokenizes), iteration stats on
-                                            (the KV and request gauges come from them),
-                                            guided_decoding_backend: llguidance (the CPU engine's
-                                            library: one grammar form, `guided_grammar`, on both)
+                                            iteration stats on (the KV and request gauges come
+                                            from them), guided_decoding_backend: llguidance (the
+                                            CPU engine's library: one grammar form,
+                                            `guided_grammar`, on both)
+
+Every key is a documented argument of the pinned release, of the documented type and within its
+documented values (build_engines/llm_api_schema.py); a key that is not raises here, before any
+GPU sees it. `skip_tokenizer_init` stays false: `llm` tokenizes and detokenizes (requests ask
+`detokenize=False`), but the grammar matcher is built from the LLM's tokenizer and the PyTorch
+backend refuses to load guided decoding without one. No `backend` key: it is deprecated, and
+`tensorrt_llm.LLM` is the PyTorch LLM.
 
 The executor keeps the smaller of `max_tokens` and what `free_gpu_memory_fraction` of the memory
 free after loading holds, so a plan that guessed the runtime reserve too small cannot overcommit
@@ -28,8 +37,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from build_engines.llm_api_schema import llm_api_problems
 from build_engines.sizing import Plan, configured_plan_inputs, plan_model
-from build_engines.trtllm_pin import llm_api_problems
 from config.settings import SwitchyardConfig
 
 # TensorRT-LLM's own default; its attention kernels want a power of two.
@@ -59,8 +68,8 @@ def llm_api_args(config: SwitchyardConfig, pool_id: str) -> dict[str, Any]:
         scheduler_config["context_chunking_policy"] = "FIRST_COME_FIRST_SERVED"
     args: dict[str, Any] = {
         "model": str(config.model_dir(pool.model_id).resolve()),
-        "backend": "pytorch",
-        "skip_tokenizer_init": True,
+        # The tokenizer loads from the checkpoint folder: guided decoding needs its vocabulary.
+        "skip_tokenizer_init": False,
         "tensor_parallel_size": model.gpus_per_copy,
         "dtype": _LLM_DTYPES[model.dtype],
         "max_batch_size": plan.max_batch_size,

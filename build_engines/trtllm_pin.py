@@ -1,100 +1,61 @@
-"""The TensorRT-LLM release the GPU path is written against, and the LLM API keys it accepts.
+"""The TensorRT-LLM release the GPU path is written against: the one place its version lives.
 
-`LLM(**args)` rejects an unknown keyword ("got invalid argument"), and a nested config rejects
-unknown fields, so a generated model.yaml with a key the pinned release lacks would fail only on
-a GPU host, minutes into loading. The lists below let `make test` catch that on any machine;
-`switchyard gpu-check` compares them with the installed wheel's own field lists.
+Everything else says "the pinned release" and points here: the Dockerfile's NGC tag is the one
+whose TensorRT-LLM is `TRTLLM_VERSION`, `switchyard gpu-check` prints it beside the installed
+version, and the LLM API arguments a model.yaml may hold are the release's documented ones
+(`build_engines/llm_api_schema.py`). What the code must know about the release besides its
+version is a fact on `PINNED_RELEASE`, next to the version it belongs to:
 
-Source: `tensorrt_llm/llmapi/llm_args.py` of the 1.2 release line (NVIDIA/TensorRT-LLM):
-`BaseLlmArgs` and `TorchLlmArgs` fields (the PyTorch backend, 1.x's default), `KvCacheConfig`
-and `SchedulerConfig`. Only the keys Switchyard may write are listed, not every field: a key
-added here must exist in that file. `priority` in `generate_async` and the scheduler's
-`waiting_queue_policy` arrive in 1.3, so the 1.2 pin has neither (trtllm/engine_loop.py holds
-bulk back itself).
+    has_tensorrt_engine_backend   TensorRT engines built ahead of time (`trtllm-build`) and the
+                                  C++ `tensorrtllm` Triton backend: the legacy GPU path.
+                                  Upstream removed them, with the legacy runtime, in July 2026
+                                  (NVIDIA/TensorRT-LLM#15763, #15907, #15918;
+                                  triton-inference-server/tensorrtllm_backend#858), keeping
+                                  only the LLM API (PyTorch) backend, which loads HF checkpoints
+                                  directly. When the pin moves to a release without them this
+                                  turns False and `--engine legacy` refuses to build.
+    supports_priority             `generate_async(priority=...)` with the scheduler's
+                                  `waiting_queue_policy: priority` (1.3 on); without it the
+                                  engine loop holds bulk back itself (trtllm/engine_loop.py).
+
+Moving the pin: change `TRTLLM_VERSION`, check both facts and the argument record against the
+new release's `llm_args.py`, and run `switchyard gpu-check` in its NGC image.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from dataclasses import dataclass
 
-TRTLLM_VERSION = "1.2.0"
-# The legacy path (TensorRT engines, C++ backend) exists up to the 1.2 releases; same pin.
-LEGACY_MAX_VERSION = "1.2"
-SUPPORTS_PRIORITY = False  # generate_async(priority=...) is 1.3+
-
-LLM_API_KEYS = frozenset(
-    {
-        # BaseLlmArgs
-        "model",
-        "tokenizer",
-        "skip_tokenizer_init",
-        "trust_remote_code",
-        "tensor_parallel_size",
-        "pipeline_parallel_size",
-        "dtype",
-        "kv_cache_config",
-        "enable_chunked_prefill",
-        "scheduler_config",
-        "max_batch_size",
-        "max_input_len",
-        "max_seq_len",
-        "max_beam_width",
-        "max_num_tokens",
-        "backend",
-        "return_perf_metrics",
-        "iter_stats_max_iterations",
-        "guided_decoding_backend",  # Literal["xgrammar", "llguidance"]; llguidance: PyTorch only
-        # TorchLlmArgs
-        "enable_iter_perf_stats",
-        "print_iter_log",
-        "cuda_graph_config",
-        "disable_overlap_scheduler",
-        "stream_interval",
-    }
-)
-KV_CACHE_CONFIG_KEYS = frozenset(
-    {
-        "enable_block_reuse",
-        "max_tokens",
-        "free_gpu_memory_fraction",
-        "tokens_per_block",
-        "host_cache_size",
-        "onboard_blocks",
-        "enable_partial_reuse",
-        "event_buffer_max_size",
-    }
-)
-SCHEDULER_CONFIG_KEYS = frozenset({"capacity_scheduler_policy", "context_chunking_policy"})
-CAPACITY_SCHEDULER_POLICIES = frozenset({"MAX_UTILIZATION", "GUARANTEED_NO_EVICT", "STATIC_BATCH"})
-CONTEXT_CHUNKING_POLICIES = frozenset({"FIRST_COME_FIRST_SERVED", "EQUAL_PROGRESS"})
+from build_engines.llm_api_schema import keys_of
 
 
-# `BaseLlmArgs.guided_decoding_backend: Optional[Literal["xgrammar", "llguidance"]]` (1.2); its
-# llguidance backend takes a `grammar` guide as Lark (`grammar_matcher.LLGuidanceMatcherFactory`).
-GUIDED_DECODING_BACKENDS = frozenset({"xgrammar", "llguidance"})
+@dataclass(frozen=True, slots=True)
+class TrtllmRelease:
+    """A TensorRT-LLM release and what Switchyard relies on it having."""
+
+    version: str
+    has_tensorrt_engine_backend: bool
+    supports_priority: bool
 
 
-def llm_api_problems(args: Mapping[str, Any]) -> list[str]:
-    """What in `args` (a model.yaml) the pinned LLM API would refuse; empty when nothing."""
-    problems = [f"unknown LLM argument {key!r}" for key in sorted(set(args) - LLM_API_KEYS)]
-    for section, known in (("kv_cache_config", KV_CACHE_CONFIG_KEYS), ("scheduler_config", SCHEDULER_CONFIG_KEYS)):
-        value = args.get(section)
-        if value is None:
-            continue
-        if not isinstance(value, Mapping):
-            problems.append(f"{section} must be a mapping, got {type(value).__name__}")
-            continue
-        problems += [f"unknown {section} field {key!r}" for key in sorted(set(value) - known)]
-    scheduler = args.get("scheduler_config")
-    if isinstance(scheduler, Mapping):
-        for key, allowed in (
-            ("capacity_scheduler_policy", CAPACITY_SCHEDULER_POLICIES),
-            ("context_chunking_policy", CONTEXT_CHUNKING_POLICIES),
-        ):
-            if key in scheduler and scheduler[key] not in allowed:
-                problems.append(f"scheduler_config.{key} {scheduler[key]!r} is not one of {sorted(allowed)}")
-    backend = args.get("guided_decoding_backend")
-    if backend is not None and backend not in GUIDED_DECODING_BACKENDS:
-        problems.append(f"guided_decoding_backend {backend!r} is not one of {sorted(GUIDED_DECODING_BACKENDS)}")
-    return problems
+PINNED_RELEASE = TrtllmRelease(version="1.2.0", has_tensorrt_engine_backend=True, supports_priority=False)
+TRTLLM_VERSION = PINNED_RELEASE.version
+
+# The documented names `switchyard gpu-check` looks for in the installed wheel's field lists.
+LLM_API_KEYS = keys_of(None)
+KV_CACHE_CONFIG_KEYS = keys_of("kv_cache_config")
+SCHEDULER_CONFIG_KEYS = keys_of("scheduler_config")
+
+
+class LegacyEngineUnavailable(ValueError):
+    """The legacy TensorRT-engine path was asked for, and the pinned release no longer has it."""
+
+
+def require_tensorrt_engine_backend(release: TrtllmRelease = PINNED_RELEASE) -> None:
+    """Raise unless `release` still ships TensorRT engines and the C++ Triton backend."""
+    if not release.has_tensorrt_engine_backend:
+        raise LegacyEngineUnavailable(
+            f"TensorRT-LLM {release.version} (build_engines/trtllm_pin.py) has no TensorRT engine "
+            "backend: upstream removed `trtllm-build` and the C++ Triton backend in July 2026. Serve "
+            "with `trtllm_engine: llmapi` (the LLM API loads the HF checkpoint directly)."
+        )

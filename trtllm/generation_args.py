@@ -6,10 +6,12 @@
     request_class                       ──▶ priority (0..1, default 0.5), where the release has it
     cache_namespace                     ──▶ cache_salt (blocks are reused only under one salt)
 
-Without a tokenizer in the LLM (`skip_tokenizer_init`: `llm` tokenizes) `end_id` must be given.
-`generate_async` takes `priority` only from TensorRT-LLM 1.3 on (with the scheduler's
-`waiting_queue_policy: priority`); on 1.2 the engine loop holds bulk back itself
-(`trtllm.engine_loop`), so `with_priority` is False there.
+`llm` tokenizes and detokenizes, so the engine deals in ids only: `detokenize` is off and
+`end_id` is always given (the checkpoint's, not looked up in the LLM's tokenizer, which is
+loaded only for guided decoding). `generate_async` takes `priority` only from TensorRT-LLM 1.3
+on (with the scheduler's `waiting_queue_policy: priority`); where the pinned release has none
+(build_engines/trtllm_pin.py) the engine loop holds bulk back itself (`trtllm.engine_loop`), so
+`with_priority` is False there.
 
 Stop token *sequences* are not passed down: the LLM API takes single stop token ids only, so
 `trtllm.stop_sequences` matches sequences on the streamed tokens and the loop aborts the request.

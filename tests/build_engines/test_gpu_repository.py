@@ -1,6 +1,6 @@
 """The GPU targets' model repositories: every config Triton would load parses as its
-`ModelConfig` protobuf, nothing is left unfilled, and every model.yaml holds only what the
-pinned TensorRT-LLM's LLM API accepts."""
+`ModelConfig` protobuf, nothing is left unfilled, and every model.yaml is sized by the plan
+(what it may hold at all: tests/build_engines/test_llm_api_schema.py)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from tritonclient.grpc import model_config_pb2
 
 from build_engines.legacy_engine import build_script, engine_dir
 from build_engines.llm_api_args import GPU_TOKENS_PER_BLOCK, llm_api_args, pool_plan
+from build_engines.llm_api_schema import llm_api_problems
 from build_engines.repository import fill_repository
-from build_engines.trtllm_pin import llm_api_problems
 from config.settings import ServingSpec, SwitchyardConfig, load_config
 
 TARGETS = [
@@ -93,8 +93,8 @@ def test_model_yaml_is_sized_by_the_plan_and_accepted_by_the_pin(tmp_path: Path)
     plan = pool_plan(config, "large")
     model = config.models["large"]
     assert args["model"] == str(config.model_dir("large").resolve())
-    assert args["backend"] == "pytorch"
-    assert args["skip_tokenizer_init"] is True
+    assert "backend" not in args  # deprecated; `tensorrt_llm.LLM` is the PyTorch LLM
+    assert args["skip_tokenizer_init"] is False  # the grammar matcher needs the LLM's tokenizer
     assert args["tensor_parallel_size"] == model.gpus_per_copy
     assert args["max_batch_size"] == plan.max_batch_size
     assert args["max_num_tokens"] == plan.max_num_tokens
@@ -145,22 +145,6 @@ def test_pool_settings_reach_the_model_yaml(tmp_path: Path) -> None:
     assert "context_chunking_policy" not in args["scheduler_config"]
 
 
-@pytest.mark.parametrize(
-    ("args", "problem"),
-    [
-        ({"model": "m", "max_batch_sise": 8}, "unknown LLM argument 'max_batch_sise'"),
-        ({"model": "m", "kv_cache_config": {"enable_blok_reuse": True}}, "unknown kv_cache_config field"),
-        ({"model": "m", "kv_cache_config": 0.9}, "kv_cache_config must be a mapping"),
-        ({"model": "m", "scheduler_config": {"capacity_scheduler_policy": "FCFS"}}, "capacity_scheduler_policy"),
-        ({"model": "m", "scheduler_config": {"waiting_queue_policy": "priority"}}, "waiting_queue_policy"),
-    ],
-)
-def test_keys_the_pinned_release_would_refuse_are_found(args: dict[str, Any], problem: str) -> None:
-    problems = llm_api_problems(args)
-    assert len(problems) == 1
-    assert problem in problems[0]
-
-
 def test_legacy_backend_config_and_build_script(tmp_path: Path) -> None:
     config = project_config(tmp_path, TARGETS[2])
     repo = fill_repository(config, "small")
@@ -190,12 +174,8 @@ def test_legacy_backend_config_and_build_script(tmp_path: Path) -> None:
     assert script.index("convert_checkpoint.py") < script.index("trtllm-build")
 
 
-def test_model_yaml_turns_on_the_llguidance_backend_the_pin_accepts(tmp_path: Path) -> None:
-    """Guided decoding on the GPU path: the same library, and grammar form, as the CPU engine's;
-    the generated model.yaml carries it and the pin's check accepts it."""
+def test_model_yaml_turns_on_the_llguidance_backend(tmp_path: Path) -> None:
+    """Guided decoding on the GPU path: the same library, and grammar form, as the CPU engine's."""
     repo = fill_repository(project_config(tmp_path, TARGETS[1]), "large")
     args = yaml.safe_load((repo / "tensorrt_llm" / "model.yaml").read_text())
     assert args["guided_decoding_backend"] == "llguidance" and llm_api_problems(args) == []
-    assert llm_api_problems({**args, "guided_decoding_backend": "outlines"}) == [
-        "guided_decoding_backend 'outlines' is not one of ['llguidance', 'xgrammar']"
-    ]
