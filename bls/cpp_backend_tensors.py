@@ -1,10 +1,11 @@
 """The "tensorrtllm_cpp" dialect: `llm` over TensorRT-LLM's C++ `tensorrtllm` Triton backend.
 
-The legacy GPU path (TensorRT-LLM <= 1.2, prebuilt TensorRT engines) serves the model with
+The legacy GPU path (prebuilt TensorRT engines, only while the pinned TensorRT-LLM release has
+them: build_engines/trtllm_pin.py; upstream removed them in July 2026) serves the model with
 NVIDIA's backend, whose tensors are not Switchyard's (`triton_backend/all_models/
-inflight_batcher_llm/tensorrt_llm/config.pbtxt`; we pin 1.2, so the seed input is `seed`, not
-the older `random_seed`). Its `max_batch_size` is above 0, so every tensor carries a leading
-batch dimension of 1:
+inflight_batcher_llm/tensorrt_llm/config.pbtxt` of the pinned release, whose seed input is
+`seed`, not the older `random_seed`). Its `max_batch_size` is above 0, so every tensor carries
+a leading batch dimension of 1:
 
     input_ids           INT32  [1, n]   prompt + resumed completion tokens (read as context)
     input_lengths       INT32  [1, 1]   n

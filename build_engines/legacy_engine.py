@@ -1,5 +1,9 @@
-"""The legacy GPU path (TensorRT-LLM <= 1.2): TensorRT engines built ahead of time and served by
-the C++ `tensorrtllm` Triton backend (`switchyard build --target trtllm --engine legacy`).
+"""LEGACY: the TensorRT-engine GPU path, kept only while the pinned TensorRT-LLM release still
+has it (`PINNED_RELEASE.has_tensorrt_engine_backend` in build_engines/trtllm_pin.py). Upstream
+removed `trtllm-build`, the per-model `convert_checkpoint.py` examples and the C++ `tensorrtllm`
+Triton backend in July 2026; the GPU path is the LLM API (build_engines/llm_api_args.py). This is
+for fleets that stay on the pinned release's engines (`switchyard build --target trtllm
+--engine legacy`); every entry point here refuses once the pin moves past it.
 
     HF checkpoint (weights_uri) ──convert_checkpoint.py──▶ var/engines/<model>/tp<N>/checkpoint
                                 ──trtllm-build──────────▶ var/engines/<model>/tp<N>/engine
@@ -8,7 +12,7 @@ the C++ `tensorrtllm` Triton backend (`switchyard build --target trtllm --engine
 The engine is compiled for its limits: paged KV, paged context FMHA (so chunked context and KV
 reuse work), `max_num_tokens`, `max_input_len`/`max_seq_len` = the model's context, and tensor
 parallel = gpus_per_copy; the sizes are the plan's, as on the LLM API path. Building needs a GPU
-and TensorRT-LLM's examples folder (`TRTLLM_EXAMPLES`, in the NGC image under
+and the pinned release's examples folder (`TRTLLM_EXAMPLES`, in its NGC image under
 /app/tensorrt_llm/examples); the script is written on any machine and run where those are.
 `llm` talks to this backend in its own tensors (bls/cpp_backend_tensors.py).
 """
@@ -19,6 +23,7 @@ import shlex
 from pathlib import Path
 
 from build_engines.sizing import Plan
+from build_engines.trtllm_pin import PINNED_RELEASE, TrtllmRelease, require_tensorrt_engine_backend
 from config.settings import SwitchyardConfig
 
 # The C++ backend's scheduler: admit a request only when its whole reply fits in the KV cache.
@@ -32,8 +37,12 @@ def engine_dir(config: SwitchyardConfig, model_id: str) -> Path:
     return config.var_path / "engines" / model_id / f"tp{gpus}"
 
 
-def legacy_values(config: SwitchyardConfig, pool_id: str, plan: Plan) -> dict[str, str]:
-    """The C++ backend's config.pbtxt placeholders (model_repository/tensorrt_llm_cpp)."""
+def legacy_values(
+    config: SwitchyardConfig, pool_id: str, plan: Plan, release: TrtllmRelease = PINNED_RELEASE
+) -> dict[str, str]:
+    """The C++ backend's config.pbtxt placeholders (model_repository/tensorrt_llm_cpp).
+    Raises LegacyEngineUnavailable when `release` has no such backend."""
+    require_tensorrt_engine_backend(release)
     pool = config.pools[pool_id]
     return {
         "engine_dir": str((engine_dir(config, pool.model_id) / "engine").resolve()),
@@ -46,9 +55,11 @@ def legacy_values(config: SwitchyardConfig, pool_id: str, plan: Plan) -> dict[st
     }
 
 
-def build_script(config: SwitchyardConfig, model_id: str, plan: Plan) -> str:
+def build_script(config: SwitchyardConfig, model_id: str, plan: Plan, release: TrtllmRelease = PINNED_RELEASE) -> str:
     """A bash script that converts the checkpoint and builds the engine (idempotent: an engine
-    folder with a config.json is left alone)."""
+    folder with a config.json is left alone). Raises LegacyEngineUnavailable when `release` has
+    no `trtllm-build`."""
+    require_tensorrt_engine_backend(release)
     model = config.models[model_id]
     out = engine_dir(config, model_id).resolve()
     checkpoint, engine = out / "checkpoint", out / "engine"
@@ -94,8 +105,10 @@ def build_script(config: SwitchyardConfig, model_id: str, plan: Plan) -> str:
     return "\n".join(
         [
             "#!/usr/bin/env bash",
-            f"# {model_id}: TensorRT engine for the legacy C++ backend (TensorRT-LLM <= 1.2).",
-            "# Written by `switchyard build --target trtllm --engine legacy`; run it on a GPU host.",
+            f"# {model_id}: LEGACY TensorRT engine for the C++ backend, TensorRT-LLM {release.version} only",
+            "# (upstream removed TensorRT engines in July 2026; the GPU path is the LLM API).",
+            "# Written by `switchyard build --target trtllm --engine legacy`; run it on a GPU host,",
+            "# in the pinned release's image.",
             "set -euo pipefail",
             ': "${TRTLLM_EXAMPLES:=/app/tensorrt_llm/examples}"',
             f"if [ -f {shlex.quote(str(engine / 'config.json'))} ]; then",
@@ -109,10 +122,13 @@ def build_script(config: SwitchyardConfig, model_id: str, plan: Plan) -> str:
     )
 
 
-def write_build_script(config: SwitchyardConfig, model_id: str, plan: Plan) -> Path:
+def write_build_script(
+    config: SwitchyardConfig, model_id: str, plan: Plan, release: TrtllmRelease = PINNED_RELEASE
+) -> Path:
+    script = build_script(config, model_id, plan, release)
     path = engine_dir(config, model_id) / "build.sh"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(build_script(config, model_id, plan))
+    path.write_text(script)
     path.chmod(0o755)
     return path
 

@@ -14,9 +14,10 @@ engine model is the one `serving` in switchyard.yaml names (`EngineModel`):
                                     (engine_in_process, the default)
     cpu             -               cpu_engine       cpu_engine           switchyard tensors
     trtllm          llmapi          tensorrt_llm     tensorrt_llm         switchyard tensors
-                                    + model.yaml (build_engines/llm_api_args.py)
+                    (the default)   + model.yaml (build_engines/llm_api_args.py)
     trtllm          legacy          tensorrt_llm     tensorrt_llm_cpp     the C++ backend's
-                                    (engines built by build_engines/legacy_engine.py's script)
+                    (LEGACY: only while the pinned TensorRT-LLM release has TensorRT engines;
+                    build_engines/legacy_engine.py, build_engines/trtllm_pin.py)
 
 Every `${name}` must have a value and nothing may look like a placeholder afterwards: a
 typo in a template fails here, not as a puzzling default inside a running server. The
@@ -37,6 +38,7 @@ import yaml
 
 from build_engines.legacy_engine import legacy_values
 from build_engines.llm_api_args import GPU_TOKENS_PER_BLOCK, llm_api_args, pool_plan
+from build_engines.trtllm_pin import PINNED_RELEASE, TrtllmRelease
 from config.settings import ServingSpec, SwitchyardConfig
 
 TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "model_repository"
@@ -89,8 +91,11 @@ def fill_template(text: str, values: Mapping[str, str], source: str = "template"
     return _PLACEHOLDER.sub(lambda m: values[m.group(1)], text)
 
 
-def repository_values(config: SwitchyardConfig, pool_id: str, engine_model: EngineModel) -> dict[str, str]:
-    """The placeholder values for one pool, all as strings."""
+def repository_values(
+    config: SwitchyardConfig, pool_id: str, engine_model: EngineModel, release: TrtllmRelease = PINNED_RELEASE
+) -> dict[str, str]:
+    """The placeholder values for one pool, all as strings (`release`: the TensorRT-LLM the GPU
+    engine models are written for; the legacy one refuses a release without its backend)."""
     if pool_id not in config.pools:
         raise KeyError(f"unknown pool {pool_id!r}; switchyard.yaml has {sorted(config.pools)}")
     pool = config.pools[pool_id]
@@ -122,11 +127,13 @@ def repository_values(config: SwitchyardConfig, pool_id: str, engine_model: Engi
         "postprocessing_instances": str(DEFAULT_POSTPROCESSING_INSTANCES),
     }
     if engine_model != CPU_ENGINE:
-        values.update(_gpu_values(config, pool_id, engine_model))
+        values.update(_gpu_values(config, pool_id, engine_model, release))
     return values
 
 
-def _gpu_values(config: SwitchyardConfig, pool_id: str, engine_model: EngineModel) -> dict[str, str]:
+def _gpu_values(
+    config: SwitchyardConfig, pool_id: str, engine_model: EngineModel, release: TrtllmRelease
+) -> dict[str, str]:
     """The GPU engine models' own placeholders (the plan's sizes)."""
     plan = pool_plan(config, pool_id)
     values = {
@@ -135,7 +142,7 @@ def _gpu_values(config: SwitchyardConfig, pool_id: str, engine_model: EngineMode
         "max_batch_size": str(plan.max_batch_size),
     }
     if engine_model == LEGACY_ENGINE:
-        values.update(legacy_values(config, pool_id, plan))
+        values.update(legacy_values(config, pool_id, plan, release))
     return values
 
 
@@ -145,14 +152,16 @@ def fill_repository(
     *,
     overrides: Mapping[str, str] | None = None,
     templates_dir: Path = TEMPLATES_DIR,
+    release: TrtllmRelease = PINNED_RELEASE,
 ) -> Path:
     """Write the pool's model repository into `config.pool_repository(pool_id)`; return it.
 
     The engine model is the one `config.serving` names. `overrides` replaces individual values
     (say, instance counts in a benchmark); a key that is not a known placeholder is an error.
+    The legacy engine raises LegacyEngineUnavailable when `release` no longer has it.
     """
     engine = engine_model(config.serving)
-    values = repository_values(config, pool_id, engine)
+    values = repository_values(config, pool_id, engine, release)
     for key, value in (overrides or {}).items():
         if key not in values:
             raise TemplateError(f"unknown repository key {key!r}; known: {', '.join(sorted(values))}")

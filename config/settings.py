@@ -265,8 +265,9 @@ class ServingSpec(_Strict):
 
     # cpu: the reference engine (`cpu_engine`); trtllm: TensorRT-LLM inside Triton on GPUs.
     target: Literal["cpu", "trtllm"] = "cpu"
-    # On trtllm: llmapi (TensorRT-LLM's LLM API, PyTorch backend; the default from 1.0 on) or
-    # legacy (prebuilt TensorRT engines and the C++ `tensorrtllm` backend, TensorRT-LLM <= 1.2).
+    # On trtllm: llmapi (TensorRT-LLM's LLM API, PyTorch backend: the GPU path) or legacy
+    # (prebuilt TensorRT engines and the C++ `tensorrtllm` backend, which upstream removed in
+    # July 2026: built only while the pinned release has them, build_engines/trtllm_pin.py).
     trtllm_engine: Literal["llmapi", "legacy"] = "llmapi"
 
 
