@@ -134,7 +134,10 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument(
         "--engine",
         choices=("llmapi", "legacy"),
-        help="on trtllm: the LLM API, or TensorRT engines for TensorRT-LLM <= 1.2 (default: serving.trtllm_engine)",
+        help=(
+            "on trtllm: the LLM API (the GPU path), or LEGACY TensorRT engines, only while the pinned "
+            "TensorRT-LLM release has them (default: serving.trtllm_engine)"
+        ),
     )
     build.set_defaults(func=_cmd_build)
 

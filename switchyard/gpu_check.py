@@ -111,7 +111,8 @@ print(json.dumps({
 
 def check_llm_api_pin(run: Runner = run_command, python: str = sys.executable) -> Prerequisite:
     """Every key build_engines/trtllm_pin.py lets a model.yaml hold exists in the installed
-    TensorRT-LLM (the pin's lists were read from the 1.2 sources; this checks the real wheel)."""
+    TensorRT-LLM (the record, build_engines/llm_api_schema.py, was read from the pinned release's
+    sources; this checks the real wheel)."""
     name = "LLM API keys"
     try:
         done = run([python, "-c", _FIELDS_SCRIPT])

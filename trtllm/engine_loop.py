@@ -10,8 +10,9 @@
     stats() ◀── latest snapshot ◀── stats task: get_stats_async every stats_interval_s
 
 Class → priority: from TensorRT-LLM 1.3 `generate_async` takes a priority and the executor
-orders its queue by it. On 1.2 (`with_priority=False`) the executor's queue is first come,
-first served, so this loop keeps bulk requests out of it while they would take the room people
+orders its queue by it. Where the pinned release has none (`supports_priority` in
+build_engines/trtllm_pin.py; `with_priority=False`) the executor's queue is first come, first
+served, so this loop keeps bulk requests out of it while they would take the room people
 need: bulk goes in only while fewer than `max_batch_size - interactive in flight - reserve`
 bulk requests are in the LLM (reserve = an eighth of the batch, at least 1); the rest wait
 here, oldest first, and count as waiting in the published stats.
@@ -58,7 +59,7 @@ class EngineLimits:
     max_batch_size: int
     kv_tokens: int  # KV capacity the plan sized; the executor's own figure replaces it
     tokens_per_block: int
-    end_id: int  # the model's end-of-sequence id (the LLM has no tokenizer to find it)
+    end_id: int  # the checkpoint's end-of-sequence id (requests carry ids, never text)
 
     @property
     def interactive_reserve(self) -> int:

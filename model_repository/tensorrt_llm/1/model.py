@@ -9,6 +9,7 @@ import triton_python_backend_utils as pb_utils
 from bls.engine_shell import handle_triton_requests, triton_engine_host
 from bls.model_config import model_parameters, require_decoupled
 from bls.stub_faults import enable_fault_log
+from build_engines.trtllm_pin import PINNED_RELEASE
 from trtllm.engine_loop import LlmApiEngineLoop
 from trtllm.llm_config import MODEL_YAML, engine_limits, load_llm_args
 
@@ -26,7 +27,12 @@ class TritonPythonModel:
         # Grammars only when model.yaml turned a guided decoding backend on (build_engines/llm_api_args.py).
         guided = GuidedDecodingParams if llm_args.get("guided_decoding_backend") else None
         loop = LlmApiEngineLoop(
-            LLM(**llm_args), SamplingParams, engine_limits(llm_args, params), guided_decoding_params=guided
+            LLM(**llm_args),
+            SamplingParams,
+            engine_limits(llm_args, params),
+            # Request priorities where the pinned release takes them; else the loop holds bulk back.
+            with_priority=PINNED_RELEASE.supports_priority,
+            guided_decoding_params=guided,
         )
         self._host = triton_engine_host(pb_utils, args, params, loop)
         self._host.start()
