@@ -40,13 +40,13 @@ from pydantic import BaseModel, ValidationError
 
 from contracts.caller_echo import echoed
 from contracts.catalog import ServedModel
-from contracts.chat_template import ChatMessage, TemplateRaised
 from contracts.errors import ApiError, describe_validation_errors, field_path
 from contracts.field_checks import unicode_problem
-from contracts.openai_schemas import ChatCompletionRequest, CompletionRequest
+from contracts.openai_wire.chat_template import ChatMessage, TemplateRaised
+from contracts.openai_wire.schemas import ChatCompletionRequest, CompletionRequest
+from contracts.openai_wire.tool_calls import ToolSpec
 from contracts.prompt_context import check_context, check_prompt_bytes
 from contracts.schemas import FIELD_HINTS, GenerateBody
-from contracts.tool_calls import ToolSpec
 
 GENERATE_ENDPOINT = "/v1/generate"
 COMPLETIONS_ENDPOINT = "/v1/completions"

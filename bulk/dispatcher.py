@@ -48,7 +48,7 @@ from bulk.retention import Retention, RetentionPolicy
 from config.replica_acks import ReplicaAcks
 from config.settings import SwitchyardConfig
 from contracts.catalog import ModelCatalog
-from contracts.chat_template import ChatTemplates
+from contracts.openai_wire.chat_template import ChatTemplates
 from quota.lease_size import bulk_lease_tokens
 
 logger = logging.getLogger(__name__)

@@ -36,8 +36,8 @@ from bulk.storage_quota import Reservation, StorageQuota
 from config.settings import SwitchyardConfig
 from contracts.caller_echo import echoed
 from contracts.catalog import ModelCatalog
-from contracts.chat_template import ChatMessage, ChatTemplates
-from contracts.tool_calls import ToolSpec
+from contracts.openai_wire.chat_template import ChatMessage, ChatTemplates
+from contracts.openai_wire.tool_calls import ToolSpec
 
 
 def make_validator(

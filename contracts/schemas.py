@@ -19,7 +19,7 @@ from contracts.field_checks import (
     top_p_floor,
 )
 from contracts.generation import RequestClass
-from contracts.response_format import ResponseFormat
+from contracts.openai_wire.response_format import ResponseFormat
 
 INT32_MAX = 2**31 - 1
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
@@ -86,7 +86,7 @@ class GenerateBody(UnicodeChecked):
     top_k: Annotated[int, Field(ge=0, le=INT32_MAX)] | None = None
     seed: Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX)] | None = None
     ignore_eos: bool = False
-    # The reply held to a JSON schema or object, as OpenAI's field says (contracts/response_format.py).
+    # The reply held to a JSON schema or object, as OpenAI's field says (contracts/openai_wire/response_format.py).
     response_format: ResponseFormat | None = None
 
 

@@ -25,9 +25,9 @@ from config.replica_acks import ReplicaAcks
 from config.settings import SwitchyardConfig, load_config
 from config.startup_heap import freeze_startup_heap
 from contracts.catalog import ModelCatalog
-from contracts.chat_template import ChatTemplates
 from contracts.generation import GenerationBackend
 from contracts.latency_log import LatencyLog
+from contracts.openai_wire.chat_template import ChatTemplates
 from fleet_state.registry import ServerRegistry
 from gateway.auth import install_auth
 from gateway.console import install_console, open_console

@@ -3,7 +3,7 @@
 `chat.completion.chunk` events, as text or as a tool call.
 
     tool_choice "none" (or no tools)   response_format's grammar, if any; the reply is text
-    tool_choice auto/required/named    the tools' grammar (contracts/tool_calls.py); a reply
+    tool_choice auto/required/named    the tools' grammar (contracts/openai_wire/tool_calls.py); a reply
                                        that is a call comes back as `tool_calls`, its
                                        finish_reason "tool_calls" (a call cut by max_tokens:
                                        "length", its arguments as far as they got)
@@ -15,8 +15,9 @@ import hashlib
 
 from contracts.errors import invalid_request
 from contracts.generation import GenerationDelta, Usage
-from contracts.openai_logprobs import ChatLogprobs, chat_logprobs, reply_logprobs, token_logprobs
-from contracts.openai_schemas import (
+from contracts.openai_wire.logprobs import ChatLogprobs, chat_logprobs, reply_logprobs, token_logprobs
+from contracts.openai_wire.response_format import TextFormat
+from contracts.openai_wire.schemas import (
     ChatChoice,
     ChatChunkChoice,
     ChatCompletion,
@@ -31,9 +32,8 @@ from contracts.openai_schemas import (
     ToolCallDelta,
     ToolCallOut,
 )
-from contracts.response_format import TextFormat
+from contracts.openai_wire.tool_calls import parse_call, tool_call_grammar
 from contracts.token_text import TokenTexts
-from contracts.tool_calls import parse_call, tool_call_grammar
 from gateway.openai_serving import Constraints, sse_data
 from gateway.requests_registry import InflightRequest
 from gateway.tool_call_stream import Piece, ToolCallReader

@@ -38,7 +38,7 @@ from contracts.caller_echo import echoed
 from contracts.catalog import ServedModel
 from contracts.errors import error_payload, field_path, invalid_request
 from contracts.generation import BackendError, GenerationDelta, RequestClass, Usage
-from contracts.openai_schemas import OPENAI_TEMPERATURE, ChatCompletionRequest, CompletionRequest, FinishReason
+from contracts.openai_wire.schemas import OPENAI_TEMPERATURE, ChatCompletionRequest, CompletionRequest, FinishReason
 from contracts.prompt_context import count_prompt_tokens
 from contracts.schemas import RequestId
 from gateway.error_handlers import error_response

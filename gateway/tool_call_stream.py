@@ -1,5 +1,5 @@
 """A chat reply read as it streams, when it may be a tool call: text passes on as content, a
-call (contracts/tool_calls.py's form) as its name, then its arguments piece by piece, as OpenAI
+call (contracts/openai_wire/tool_calls.py's form) as its name, then its arguments piece by piece, as OpenAI
 streams `delta.tool_calls`.
 
     <tool_call>{"name":"get_weather","arguments":{"city":"Paris"}}</tool_call>
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from contracts.tool_calls import ARGUMENTS_KEY, CALL_HEAD, CALL_OPEN, CALL_TAIL
+from contracts.openai_wire.tool_calls import ARGUMENTS_KEY, CALL_HEAD, CALL_OPEN, CALL_TAIL
 
 Piece = tuple[Literal["content", "name", "arguments"], str]
 _CALL_START = CALL_OPEN + CALL_HEAD

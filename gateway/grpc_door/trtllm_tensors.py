@@ -33,7 +33,7 @@ from llguidance.gbnf_to_lark import any_to_lark
 from contracts.errors import invalid_request
 from contracts.generation import Logprobs
 from contracts.guided_grammar import json_object_grammar, json_schema_grammar, regex_grammar
-from contracts.openai_logprobs import token_logprobs
+from contracts.openai_wire.logprobs import token_logprobs
 
 GUIDE_TYPES = ("json", "json_schema", "regex", "ebnf_grammar")
 # A guide's bound, in UTF-8 bytes. llguidance's own limits refuse far smaller grammars in
@@ -117,7 +117,7 @@ def guide_from(guide_type: str | None, guide: str | None) -> Guide | None:
 
 def output_log_probs(token_ids: Sequence[int], logprobs: Logprobs | None) -> list[float]:
     """One log-probability per token of a response, from the same source as the OpenAI
-    routes' (`contracts.openai_logprobs`); NaN for a token whose was not kept (a reply read
+    routes' (`contracts.openai_wire.logprobs`); NaN for a token whose was not kept (a reply read
     back from another gateway's record), so the list always lines up with the token ids."""
     known = [entry.logprob for entry in token_logprobs(token_ids, logprobs)]
     return known + [math.nan] * (len(token_ids) - len(known))

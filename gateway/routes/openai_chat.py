@@ -8,9 +8,9 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request, Response
 
-from contracts.chat_template import ChatTemplates
 from contracts.errors import invalid_request
-from contracts.openai_schemas import ChatCompletion, ChatCompletionRequest, FinishReason
+from contracts.openai_wire.chat_template import ChatTemplates
+from contracts.openai_wire.schemas import ChatCompletion, ChatCompletionRequest, FinishReason
 from contracts.schemas import error_responses
 from gateway.auth import PrincipalDep
 from gateway.chat_reply import ChatChunks, chat_constraints, whole_chat

@@ -7,14 +7,14 @@ import time
 from fastapi import APIRouter, Request, Response
 
 from contracts.generation import GenerationDelta, Usage
-from contracts.openai_logprobs import (
+from contracts.openai_wire.logprobs import (
     CompletionLogprobs,
     TokenLogprob,
     completion_logprobs,
     reply_logprobs,
     token_logprobs,
 )
-from contracts.openai_schemas import Completion, CompletionChoice, CompletionRequest, CompletionUsage, FinishReason
+from contracts.openai_wire.schemas import Completion, CompletionChoice, CompletionRequest, CompletionUsage, FinishReason
 from contracts.schemas import error_responses
 from contracts.token_text import TextOffsets, TokenTexts
 from gateway.auth import PrincipalDep

@@ -15,8 +15,8 @@ from build_engines.corpus import generate_corpus
 from build_engines.tokenizer import LLAMA_CHAT_TEMPLATE, train_tokenizer
 from bulk.batch_lines import BatchEntry, LineError, LineValidator
 from contracts.catalog import ServedModel
-from contracts.chat_template import ChatMessage, ChatTemplate
-from contracts.tool_calls import ToolSpec
+from contracts.openai_wire.chat_template import ChatMessage, ChatTemplate
+from contracts.openai_wire.tool_calls import ToolSpec
 
 CONTEXT = 512
 LONG_PROMPT = "the quick brown fox jumps over the lazy dog " * 9  # 396 bytes, far fewer tokens

@@ -8,7 +8,7 @@ import pytest
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from contracts.neutral_values import Neutral, value_schema
-from contracts.openai_schemas import ChatCompletionRequest, CompletionRequest
+from contracts.openai_wire.schemas import ChatCompletionRequest, CompletionRequest
 
 
 class Body(BaseModel):

@@ -29,8 +29,8 @@ from bls.tokenizer import PromptTokenizer
 from build_engines.corpus import generate_corpus
 from build_engines.tokenizer import save_tokenizer, train_tokenizer
 from contracts.catalog import ServedModel
-from contracts.chat_template import TOKENIZER_CONFIG, ChatMessage, ChatTemplate
 from contracts.generation import GenerationRequest
+from contracts.openai_wire.chat_template import TOKENIZER_CONFIG, ChatMessage, ChatTemplate
 from contracts.prompt_context import encode_prompt
 from contracts.prompt_encoding import LITERAL_CLOSE, LITERAL_OPEN
 from contracts.token_ids import PackedTokenIds

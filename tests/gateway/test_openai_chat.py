@@ -11,7 +11,7 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from contracts.openai_schemas import CHAT_DEFAULT_MAX_TOKENS
+from contracts.openai_wire.schemas import CHAT_DEFAULT_MAX_TOKENS
 
 Sse = Callable[[str], list[tuple[str | None, Any]]]
 

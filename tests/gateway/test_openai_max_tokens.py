@@ -15,7 +15,7 @@ import pytest
 from fastapi import FastAPI
 
 from build_engines.tokenizer import LLAMA_CHAT_TEMPLATE
-from contracts.openai_schemas import CHAT_DEFAULT_MAX_TOKENS, COMPLETIONS_DEFAULT_MAX_TOKENS
+from contracts.openai_wire.schemas import CHAT_DEFAULT_MAX_TOKENS, COMPLETIONS_DEFAULT_MAX_TOKENS
 
 from .conftest import SMALL_CONTEXT
 

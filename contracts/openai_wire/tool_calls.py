@@ -19,7 +19,7 @@ first (the grammar fixes the order, so a reply can be read, and streamed, as it 
 
 One call a reply (`parallel_tool_calls` is accepted: one call is always an allowed answer).
 The same form renders a conversation's earlier calls for templates that know no tools
-(contracts/chat_template.py), so the model reads calls as it is asked to write them.
+(contracts/openai_wire/chat_template.py), so the model reads calls as it is asked to write them.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from pydantic import ConfigDict, Field
 
 from contracts.field_checks import UnicodeChecked
 from contracts.guided_grammar import JSON_DEFAULTS
-from contracts.response_format import FunctionName
+from contracts.openai_wire.response_format import FunctionName
 
 CALL_OPEN = "<tool_call>"
 CALL_CLOSE = "</tool_call>"

@@ -43,9 +43,8 @@ from tokenizers import Tokenizer
 from config.settings import SwitchyardConfig
 from contracts.catalog import ServedModel
 from contracts.errors import invalid_request
-from contracts.prompt_encoding import LITERAL_CLOSE, LITERAL_OPEN, holds_marks, mark_literal, special_token_pattern
-from contracts.tool_calls import ToolSpec
-from contracts.tool_prompt import (
+from contracts.openai_wire.tool_calls import ToolSpec
+from contracts.openai_wire.tool_prompt import (
     RESPONSE_OPEN,
     CallInMessage,
     assistant_text,
@@ -53,6 +52,7 @@ from contracts.tool_prompt import (
     tool_response_text,
     tools_instruction,
 )
+from contracts.prompt_encoding import LITERAL_CLOSE, LITERAL_OPEN, holds_marks, mark_literal, special_token_pattern
 
 logger = logging.getLogger(__name__)
 
@@ -67,7 +67,7 @@ class TemplateRaised(Exception):
 @dataclass(frozen=True, slots=True)
 class ChatMessage:
     """One message as the template sees it: `{"role": ..., "content": ...}`; an assistant's may
-    hold calls, a `tool` message answers one (contracts/tool_prompt.py renders both)."""
+    hold calls, a `tool` message answers one (contracts/openai_wire/tool_prompt.py renders both)."""
 
     role: str
     content: str
@@ -96,7 +96,7 @@ class ChatTemplate:
         self._strip_prefix = bos if tokenizer_adds_bos and bos else ""
         self._content_specials = content_specials
         # Whether the template renders tools itself (HF's `tools` variable); else they are
-        # written into the messages (contracts/tool_prompt.py).
+        # written into the messages (contracts/openai_wire/tool_prompt.py).
         self.knows_tools = "tools" in source
 
     @classmethod
@@ -140,7 +140,7 @@ class ChatTemplate:
 
 
 def _without_tools(messages: Sequence[ChatMessage], tools: Sequence[ToolSpec]) -> list[ChatMessage]:
-    """A conversation with tools as plain messages (contracts/tool_prompt.py's form)."""
+    """A conversation with tools as plain messages (contracts/openai_wire/tool_prompt.py's form)."""
     plain: list[ChatMessage] = []
     for message in messages:
         if message.role == "tool":

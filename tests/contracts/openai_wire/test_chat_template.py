@@ -13,8 +13,8 @@ from build_engines.corpus import generate_corpus
 from build_engines.tokenizer import save_tokenizer, train_tokenizer
 from config.settings import SwitchyardConfig
 from contracts.catalog import ServedModel
-from contracts.chat_template import ChatMessage, ChatTemplate, ChatTemplates
 from contracts.errors import ApiError
+from contracts.openai_wire.chat_template import ChatMessage, ChatTemplate, ChatTemplates
 
 BOS_ID = 1
 

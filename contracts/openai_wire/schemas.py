@@ -5,8 +5,8 @@ refuses them), but shaped for the official SDK and the tools built on it:
 
 - honoured: model, prompt / messages, max_tokens (chat: or max_completion_tokens), stop,
   stream, stream_options.include_usage, temperature, top_p, seed, n=1, user (ignored),
-  response_format (contracts/response_format.py); chat: tools and tool_choice
-  (contracts/tool_calls.py), logprobs and top_logprobs; completions: logprobs and echo;
+  response_format (contracts/openai_wire/response_format.py); chat: tools and tool_choice
+  (contracts/openai_wire/tool_calls.py), logprobs and top_logprobs; completions: logprobs and echo;
 - max_tokens absent or null: the route's default (below), lowered to what the model's context
   and the team's hard limits leave after the prompt;
 - extensions, named as vLLM names them: top_k, ignore_eos;
@@ -34,16 +34,16 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from contracts.caller_echo import echoed
-from contracts.chat_template import ChatMessage
 from contracts.field_checks import UnicodeChecked
 from contracts.generation import Usage
 from contracts.neutral_values import Neutral
-from contracts.openai_logprobs import ChatLogprobs, CompletionLogprobs
+from contracts.openai_wire.chat_template import ChatMessage
+from contracts.openai_wire.logprobs import ChatLogprobs, CompletionLogprobs
+from contracts.openai_wire.response_format import ResponseFormat
+from contracts.openai_wire.tool_calls import ToolChoice, Tools, ToolSpec, tool_choice_of, tools_problem
+from contracts.openai_wire.tool_prompt import CallInMessage
 from contracts.prompt_encoding import LITERAL_CLOSE, LITERAL_OPEN
-from contracts.response_format import ResponseFormat
 from contracts.schemas import INT32_MAX, INT64_MAX, INT64_MIN, StopList, TopP
-from contracts.tool_calls import ToolChoice, Tools, ToolSpec, tool_choice_of, tools_problem
-from contracts.tool_prompt import CallInMessage
 
 FinishReason = Literal["stop", "length", "tool_calls"]
 # OpenAI's bounds: completions' `logprobs` alternatives, chat's `top_logprobs`.
@@ -151,7 +151,7 @@ class _OpenAIRequest(UnicodeChecked):
     presence_penalty: Annotated[Any, Neutral(0, 0.0)] = None
     frequency_penalty: Annotated[Any, Neutral(0, 0.0)] = None
     logit_bias: Annotated[Any, Neutral({})] = None
-    # The reply held to a JSON schema or object (contracts/response_format.py).
+    # The reply held to a JSON schema or object (contracts/openai_wire/response_format.py).
     response_format: ResponseFormat | None = None
 
     @field_validator("stream_options")

@@ -1,6 +1,6 @@
 """A conversation with tools, for chat templates that know none (the built models' Llama 2
 template among them): the tools, earlier calls and their results written as ordinary messages
-in the one form the model is held to when it calls (contracts/tool_calls.py).
+in the one form the model is held to when it calls (contracts/openai_wire/tool_calls.py).
 
     tools (tool_choice not "none")  appended to the first system message (one is added when
                                     there is none):
@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from contracts.tool_calls import CALL_CLOSE, CALL_HEAD, CALL_OPEN, ToolSpec, call_text
+from contracts.openai_wire.tool_calls import CALL_CLOSE, CALL_HEAD, CALL_OPEN, ToolSpec, call_text
 
 RESPONSE_OPEN = "<tool_response>"
 RESPONSE_CLOSE = "</tool_response>"
