@@ -1,13 +1,17 @@
-"""`python -m bulk`: the dispatcher, configured from `SWITCHYARD_CONFIG` (what `make up` runs)."""
+"""`python -m bulk`: the dispatcher, configured from the environment (`SWITCHYARD_CONFIG`,
+`SWITCHYARD_GATEWAY_URL`, `SWITCHYARD_ADMIN_KEY`: config/environment.py), as `make up` runs it."""
 
 import asyncio
-import os
-from pathlib import Path
 
 from bulk.service import serve_dispatcher
+from config.environment import SwitchyardEnvironment
 from config.logging_setup import configure_logging
 from config.settings import load_config
 
 configure_logging()
-config_path = os.environ.get("SWITCHYARD_CONFIG")
-asyncio.run(serve_dispatcher(load_config(Path(config_path) if config_path else None)))
+environment = SwitchyardEnvironment()
+asyncio.run(
+    serve_dispatcher(
+        load_config(environment.config), gateway_url=environment.gateway_url, admin_key=environment.admin_key
+    )
+)

@@ -32,23 +32,20 @@ from contracts.catalog import ModelCatalog
 from fleet_state.load_board import LoadBoard
 from quota.admission import Admission
 from quota.capacity import BoardCapacity, CapacityMonitor, config_metrics_urls
-from quota.key_files import ADMIN_KEY_ENV, admin_key_path, read_key_file
+from quota.key_files import ADMIN_KEY_ENV, find_admin_key
 
 logger = logging.getLogger(__name__)
 
-GATEWAY_URL_ENV = "SWITCHYARD_GATEWAY_URL"
 
-
-def admin_key(config: SwitchyardConfig) -> str:
-    key = os.environ.get(ADMIN_KEY_ENV, "").strip() or read_key_file(admin_key_path(config.var_path))
-    if not key:
+async def serve_dispatcher(
+    config: SwitchyardConfig, *, gateway_url: str | None = None, admin_key: str | None = None
+) -> None:
+    """Run until SIGTERM/SIGINT. `gateway_url`: where to submit (None: the file's gateway);
+    `admin_key`: the key to submit with (None: var/admin-api-key's)."""
+    key = find_admin_key(config.var_path, admin_key)
+    if key is None:
         raise SystemExit(f"no admin key: set {ADMIN_KEY_ENV} or run `switchyard up` once to write var/admin-api-key")
-    return key
-
-
-async def serve_dispatcher(config: SwitchyardConfig, gateway_url: str | None = None) -> None:
-    """Run until SIGTERM/SIGINT."""
-    url = gateway_url or os.environ.get(GATEWAY_URL_ENV) or f"http://{config.gateway.host}:{config.gateway.port}"
+    url = gateway_url or f"http://{config.gateway.host}:{config.gateway.port}"
     consumer = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -86,7 +83,7 @@ async def serve_dispatcher(config: SwitchyardConfig, gateway_url: str | None = N
             client,
             LocalBlobStore(config.blob_path),
             ModelCatalog.load(config),
-            GatewaySubmitter(gateway, admin_key(config)),
+            GatewaySubmitter(gateway, key),
             LivePoolLoads(monitor, leases),
             consumer=consumer,
             metrics=metrics,

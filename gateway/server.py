@@ -15,12 +15,13 @@ import socket
 import uvicorn
 from fastapi import FastAPI
 
+from config.environment import environment_variables
 from config.logging_setup import logging_config
 from config.process_limits import raise_open_files_limit
 from config.settings import SwitchyardConfig, dump_config, load_config
 from gateway.app import create_app
 from gateway.http_protocol import NoDelayH11Protocol
-from gateway.metrics_registry import MULTIPROC_DIR_ENV, fresh_multiprocess_dir
+from gateway.metrics_registry import fresh_multiprocess_dir
 from gateway.settings import GatewaySettings
 
 # How long a worker may take to answer the supervisor's health ping before it is restarted.
@@ -61,15 +62,18 @@ def serve(
     _refuse_if_in_use(host, port)
     if grpc_port is not None:  # the workers share it with SO_REUSEPORT: never with another gateway
         _refuse_if_in_use(host, grpc_port)
-        os.environ["SWITCHYARD_GRPC_PORT"] = str(grpc_port)
-    os.environ["SWITCHYARD_FREEZE_HEAP"] = "1"
-    # Workers are fresh processes that build the app from the environment: hand them this
-    # exact configuration through a file.
-    os.environ["SWITCHYARD_CONFIG"] = str(dump_config(config, config.var_path / "run" / "gateway.yaml"))
     # One /metrics for all workers: each writes its metrics under this folder, emptied here
     # before any worker starts (prometheus_client reads the variable when a worker imports it).
     metrics_dir = config.var_path / "run" / f"prometheus-gateway-{port}"
-    os.environ[MULTIPROC_DIR_ENV] = str(fresh_multiprocess_dir(metrics_dir))
+    # Workers are fresh processes that build the app from the environment (GatewaySettings):
+    # hand them these settings, with this exact configuration through a file.
+    for_workers = settings.model_copy(
+        update={
+            "config": dump_config(config, config.var_path / "run" / "gateway.yaml"),
+            "prometheus_multiproc_dir": fresh_multiprocess_dir(metrics_dir),
+        }
+    )
+    os.environ.update(environment_variables(for_workers))
     uvicorn.run(
         "gateway.server:app_from_environment",
         factory=True,

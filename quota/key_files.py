@@ -11,12 +11,13 @@ only the admin key's hash; the plaintext never leaves these files.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from pathlib import Path
 
+from config.environment import SwitchyardEnvironment, variable_name
 from quota.keys import SyncKeyStore, generate_key, hash_key
 
-ADMIN_KEY_ENV = "SWITCHYARD_ADMIN_KEY"
+ADMIN_KEY_ENV = variable_name(SwitchyardEnvironment, "admin_key")
 ADMIN_KEY_FILE = "admin-api-key"
 TEAM_KEYS_DIR = "keys"
 
@@ -66,11 +67,16 @@ def ensure_admin_key(var_path: Path) -> Path:
     return path
 
 
-def load_admin_key_hash(var_path: Path, environ: Mapping[str, str] | None = None) -> str | None:
-    """The admin key's hash: from `SWITCHYARD_ADMIN_KEY` if set, else from `var/admin-api-key`;
-    None when neither exists (then no key is an admin)."""
-    env = os.environ if environ is None else environ
-    key = env.get(ADMIN_KEY_ENV, "").strip() or read_key_file(admin_key_path(var_path))
+def find_admin_key(var_path: Path, from_environment: str | None) -> str | None:
+    """The admin key: `from_environment` (SWITCHYARD_ADMIN_KEY) when given, which wins, else
+    `var/admin-api-key`'s; None when neither exists."""
+    return from_environment or read_key_file(admin_key_path(var_path))
+
+
+def load_admin_key_hash(var_path: Path, environment: SwitchyardEnvironment | None = None) -> str | None:
+    """The admin key's hash (`find_admin_key`); None when there is none (then no key is an admin).
+    `environment`: None reads this process's."""
+    key = find_admin_key(var_path, (environment if environment is not None else SwitchyardEnvironment()).admin_key)
     return hash_key(key) if key else None
 
 

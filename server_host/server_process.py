@@ -29,6 +29,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import httpx
 import redis.asyncio
@@ -61,6 +62,7 @@ def run_triton(
     fill: bool = True,
     register_host: str | None = None,
     epoch: int | None = None,
+    triton_root: Path | None = None,
 ) -> int:
     """Fill the pool's repository (unless `fill` is False), serve until a signal; returns the
     process exit code. `ports` default to copy `copy`'s (`PoolSpec.copy_ports`). The server
@@ -68,7 +70,8 @@ def run_triton(
     `register_host`: register (as `server_id`, reachable at that host: it overrides
     `network.servers.advertise_host`) and heartbeat this server itself, where no supervisor
     does (a Kubernetes pod, which passes its pod IP). `epoch`: the registration its supervisor
-    made for it (`ServerRegistry.next_epoch`); its load reports and drain carry it."""
+    made for it (`ServerRegistry.next_epoch`); its load reports and drain carry it.
+    `triton_root`: a full Triton install to run (`SWITCHYARD_TRITON_ROOT`); None: the wheel's."""
     from build_engines.repository import fill_repository
 
     if pool_id not in config.pools:
@@ -87,6 +90,7 @@ def run_triton(
         host=network.servers.bind_host,
         keepalive=network.triton_grpc,
         die_with_parent=True,
+        triton_root=triton_root,
     )
     _report_leftovers(name, reap_leftovers(name))  # of an earlier life of this server, killed
     with drain_on_sigterm() as shutdown:

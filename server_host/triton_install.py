@@ -19,8 +19,10 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from config.environment import SwitchyardEnvironment, variable_name
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
-TRITON_ROOT_ENV = "SWITCHYARD_TRITON_ROOT"
+TRITON_ROOT_ENV = variable_name(SwitchyardEnvironment, "triton_root")
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,10 +37,9 @@ class TritonInstall:
     other_backends: tuple[Path, ...] = ()  # backend folders besides python's, linked as they are
 
     @classmethod
-    def find(cls, python_version: str | None = None) -> TritonInstall:
-        """`SWITCHYARD_TRITON_ROOT`'s install when it is set, else the wheel's."""
-        root = os.environ.get(TRITON_ROOT_ENV)
-        return cls.of_root(Path(root)) if root else cls.of_wheel(python_version)
+    def find(cls, root: Path | None = None, python_version: str | None = None) -> TritonInstall:
+        """The full install at `root` (`SWITCHYARD_TRITON_ROOT`) when given, else the wheel's."""
+        return cls.of_root(root) if root is not None else cls.of_wheel(python_version)
 
     @classmethod
     def of_root(cls, root: Path) -> TritonInstall:

@@ -58,7 +58,8 @@ class TritonServer:
     `inference_key`: the value callers must send in the inference header (None: an open
     server, for tests of the models themselves only). `host`: the address it binds
     (`network.servers.bind_host`; 0.0.0.0: every interface); `keepalive`: its gRPC PINGs to
-    gateways and what it accepts from theirs (`network.triton_grpc`).
+    gateways and what it accepts from theirs (`network.triton_grpc`). `triton_root`: a full
+    Triton install to run (`SWITCHYARD_TRITON_ROOT`); None: the wheel's.
     """
 
     def __init__(
@@ -75,6 +76,7 @@ class TritonServer:
         exit_timeout_s: int = 3,
         extra_args: tuple[str, ...] = (),
         die_with_parent: bool = False,
+        triton_root: Path | None = None,
     ) -> None:
         self.repository = repository
         self.ports = ports
@@ -88,6 +90,7 @@ class TritonServer:
         self._inference_key = inference_key
         self._keepalive = keepalive
         self._die_with_parent = die_with_parent  # see ManagedProcess: start it from the main thread
+        self._triton_root = triton_root
         self._process: ManagedProcess | None = None
 
     # Where a process on this host reaches the server (loopback for a wildcard bind).
@@ -149,7 +152,7 @@ class TritonServer:
         if not (self.repository / "llm" / "config.pbtxt").is_file():
             raise TritonStartError(f"{self.repository} is not a filled model repository (run switchyard build)")
         self._check_ports_free()
-        install = TritonInstall.find()
+        install = TritonInstall.find(self._triton_root)
         backend_dir = prepare_backend_dir(self.var_dir, install)
         self._process = ManagedProcess(
             f"triton {self.name}",

@@ -39,6 +39,10 @@ if TYPE_CHECKING:
     from autoscaler.live import LiveOptions
     from autoscaler.signals import ServerCapacity
 
+# The gateway's worker processes in a stack: two, as deploy/base/gateway.yaml runs it, so that
+# what a test or a bench meets is what every worker shares through Redis.
+GATEWAY_WORKERS = 2
+
 
 def redis_data_dir(config: SwitchyardConfig) -> Path:
     """Where a stack's own Redis keeps its data (its append-only file) between runs."""
@@ -49,7 +53,9 @@ class Stack:
     """Start and stop the platform's processes for `config`, on the ports it names.
 
     `pool_ids` limits which pools get servers (default: every pool with target_copies > 0);
-    `gateway_port` overrides the file's. The models must have been built (`switchyard build`).
+    `gateway_port` overrides the file's; `gateway_workers`: the gateway's worker processes
+    (`SWITCHYARD_WORKERS` under `switchyard up`). The models must have been built
+    (`switchyard build`).
     Copy k of a pool listens on the pool's ports + 10·k (`ports`, `metrics_url`).
     `autoscaler_options` / `autoscaler_capacities` refine the autoscaler (when enabled) beyond
     what switchyard.yaml says (`autoscaler.live.LiveOptions`, `pool_capacity`).
@@ -61,6 +67,7 @@ class Stack:
         *,
         pool_ids: list[str] | None = None,
         gateway_port: int | None = None,
+        gateway_workers: int = GATEWAY_WORKERS,
         with_redis: bool = True,
         autoscaler_options: LiveOptions | None = None,
         autoscaler_capacities: Mapping[str, ServerCapacity] | None = None,
@@ -68,6 +75,7 @@ class Stack:
         self.config = config
         self.pool_ids = pool_ids or [pid for pid, pool in config.pools.items() if pool.target_copies > 0]
         self.gateway_port = gateway_port or config.gateway.port
+        self.gateway_workers = gateway_workers
         self.redis = (
             RedisServer(
                 config.redis.port,
@@ -172,7 +180,7 @@ class Stack:
         env.update(
             SWITCHYARD_HOST=self.config.gateway.host,
             SWITCHYARD_PORT=str(self.gateway_port),
-            SWITCHYARD_WORKERS=os.environ.get("SWITCHYARD_WORKERS", "2"),
+            SWITCHYARD_WORKERS=str(self.gateway_workers),
         )
         self.gateway = ManagedProcess(
             "gateway",
@@ -291,10 +299,10 @@ def _shown(path: Path) -> str:
         return str(resolved)
 
 
-def run_stack(config: SwitchyardConfig, gateway_port: int | None = None) -> int:
+def run_stack(config: SwitchyardConfig, gateway_port: int | None = None, gateway_workers: int = GATEWAY_WORKERS) -> int:
     """`switchyard up`: run until SIGINT/SIGTERM or until a process dies; returns an exit code."""
     raise_open_files_limit()  # Redis, the servers and the gateway inherit it
-    stack = Stack(config, gateway_port=gateway_port)
+    stack = Stack(config, gateway_port=gateway_port, gateway_workers=gateway_workers)
     with stop_on_signals() as stop:
         return _serve_until_stopped(stack, stop)
 

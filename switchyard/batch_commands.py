@@ -11,7 +11,6 @@ The key: `--key`, else `SWITCHYARD_API_KEY`, else the first team's key file that
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
@@ -20,16 +19,17 @@ from typing import Any
 import httpx
 
 from bulk.progress import eta_text, progress_bar
+from config.environment import SwitchyardEnvironment, variable_name
 from config.settings import SwitchyardConfig
 from quota.key_files import default_key_path, read_key_file
 
-API_KEY_ENV = "SWITCHYARD_API_KEY"
+API_KEY_ENV = variable_name(SwitchyardEnvironment, "api_key")
 _ENDED = {"completed", "expired", "cancelled", "failed"}
 
 
 def _client(config: SwitchyardConfig, args: argparse.Namespace) -> httpx.Client:
     path = default_key_path(config.var_path, config.teams)
-    key = getattr(args, "key", None) or os.environ.get(API_KEY_ENV) or (read_key_file(path) if path else None)
+    key = getattr(args, "key", None) or SwitchyardEnvironment().api_key or (read_key_file(path) if path else None)
     if not key:
         raise SystemExit(
             f"no API key: pass --key, set {API_KEY_ENV}, or run `make up` (writes {path or 'a key per team'})"

@@ -29,6 +29,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from config.environment import SwitchyardEnvironment
 from config.settings import SwitchyardConfig, load_config
 from switchyard.autoscaler_commands import add_autoscaler_parser
 from switchyard.batch_commands import add_batch_parsers
@@ -94,7 +95,7 @@ def _cmd_triton(config: SwitchyardConfig, args: argparse.Namespace) -> int:
         return 2
     return run_triton(
         config, args.pool, ports, copy=args.copy, server_id=args.server_id, fill=not args.no_fill,
-        register_host=args.register_host, epoch=args.epoch,
+        register_host=args.register_host, epoch=args.epoch, triton_root=SwitchyardEnvironment().triton_root,
     )  # fmt: skip
 
 
@@ -106,9 +107,10 @@ def _cmd_gateway(config: SwitchyardConfig, args: argparse.Namespace) -> int:
 
 
 def _cmd_up(config: SwitchyardConfig, args: argparse.Namespace) -> int:
-    from stack.local_stack import run_stack
+    from stack.local_stack import GATEWAY_WORKERS, run_stack
 
-    return run_stack(config, gateway_port=args.port or config.gateway.port)
+    workers = SwitchyardEnvironment().workers or GATEWAY_WORKERS
+    return run_stack(config, gateway_port=args.port or config.gateway.port, gateway_workers=workers)
 
 
 def _cmd_dispatcher(config: SwitchyardConfig, args: argparse.Namespace) -> int:
@@ -118,7 +120,9 @@ def _cmd_dispatcher(config: SwitchyardConfig, args: argparse.Namespace) -> int:
     from config.logging_setup import configure_logging
 
     configure_logging()
-    asyncio.run(serve_dispatcher(config, gateway_url=args.gateway_url))
+    environment = SwitchyardEnvironment()
+    url = args.gateway_url or environment.gateway_url
+    asyncio.run(serve_dispatcher(config, gateway_url=url, admin_key=environment.admin_key))
     return 0
 
 
@@ -169,7 +173,11 @@ def build_parser() -> argparse.ArgumentParser:
     up.set_defaults(func=_cmd_up)
 
     dispatcher = sub.add_parser("dispatcher", help="run the bulk dispatcher (releases batch entries onto spare room)")
-    dispatcher.add_argument("--gateway-url", default=None, help="gateway to submit through (default from config)")
+    dispatcher.add_argument(
+        "--gateway-url",
+        default=None,
+        help="gateway to submit through (default: $SWITCHYARD_GATEWAY_URL, else the config's)",
+    )
     dispatcher.set_defaults(func=_cmd_dispatcher)
 
     add_plan_parser(sub)

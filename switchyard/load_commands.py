@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import sys
 import time
 
+from config.environment import SwitchyardEnvironment
 from config.redis_client import redis_client
 from config.settings import SwitchyardConfig
 from switchyard.load_generator import IntervalReport, LoadGenerator
@@ -59,7 +59,7 @@ def load(config: SwitchyardConfig, args: argparse.Namespace) -> int:
         print(f"switchyard load: {exc}", file=sys.stderr)
         return 2
     model = args.model or next(iter(config.pools.values())).model_id
-    key = args.api_key or os.environ.get("SWITCHYARD_API_KEY") or _default_key(config)
+    key = args.api_key or SwitchyardEnvironment().api_key or _default_key(config)
     if key is None:
         print("switchyard load: no API key: --api-key, $SWITCHYARD_API_KEY or var/keys/<team>-api-key", file=sys.stderr)
         return 2

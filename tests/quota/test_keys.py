@@ -11,6 +11,7 @@ import pytest
 import redis
 import redis.asyncio
 
+from config.environment import SwitchyardEnvironment
 from config.settings import TeamSpec
 from quota.key_files import (
     ADMIN_KEY_ENV,
@@ -110,17 +111,27 @@ def test_admin_key_file_is_private_and_stable(tmp_path: Path) -> None:
     key = read_key_file(path)
     assert key is not None and key.startswith("sy-")
     assert read_key_file(ensure_admin_key(tmp_path)) == key
-    assert load_admin_key_hash(tmp_path, environ={}) == hash_key(key)
+    assert load_admin_key_hash(tmp_path, SwitchyardEnvironment(admin_key=None)) == hash_key(key)
 
 
 def test_admin_key_from_the_environment_wins(tmp_path: Path) -> None:
-    assert load_admin_key_hash(tmp_path, environ={}) is None
+    assert load_admin_key_hash(tmp_path, SwitchyardEnvironment(admin_key=None)) is None
     ensure_admin_key(tmp_path)
-    admin_hash = load_admin_key_hash(tmp_path, environ={ADMIN_KEY_ENV: "sy-from-env"})
+    admin_hash = load_admin_key_hash(tmp_path, SwitchyardEnvironment(admin_key="sy-from-env"))
     store = SyncKeyStore(redis.Redis(), TEAMS, admin_hash)  # is_admin needs no connection
     assert store.is_admin("sy-from-env")
     assert not store.is_admin(read_key_file(admin_key_path(tmp_path)) or "")
     assert not SyncKeyStore(redis.Redis(), TEAMS).is_admin("sy-from-env")
+
+
+def test_the_gateway_reads_the_admin_key_from_its_process_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ensure_admin_key(tmp_path)
+    monkeypatch.setenv(ADMIN_KEY_ENV, "  sy-from-env\n")
+    assert load_admin_key_hash(tmp_path) == hash_key("sy-from-env")
+    monkeypatch.setenv(ADMIN_KEY_ENV, " ")  # blank: unset, the file's key
+    assert load_admin_key_hash(tmp_path) == hash_key(read_key_file(admin_key_path(tmp_path)) or "")
 
 
 def test_a_team_key_is_reused_while_it_resolves_and_replaced_after(redis_url: str, tmp_path: Path) -> None:
