@@ -5,6 +5,14 @@
                                                          ▼ over resumed tokens first
     step: fill_masks(matchers) ─▶ bitmask [n, vocab/32] ─▶ apply_masks: forbidden logits = -inf
           sampled token ─▶ matcher.consume_token; matcher.is_stopped() ─▶ the reply ends (STOP)
+          a matcher in error (a limit hit mid-reply) ─▶ the reply ends (GRAMMAR_FAILED)
+
+A reply ends STOP only when its text is complete under its grammar: the matcher stopped after
+a token it accepted, or it accepted the end-of-sequence token (llguidance allows that token
+only where the text is complete). A matcher that gives up, a limit hit as the reply grows
+(`lexer error: too many expressions constructed`), allows nothing but the end-of-sequence
+token from then on, so an engine that took that token as a normal end would call a cut text
+complete: `matcher_failure` tells the two apart.
 
 Why llguidance: it computes a sequence's mask on the CPU in tens of microseconds straight into
 a numpy bitmask (no torch), takes the checkpoint's own tokenizer.json, compiles JSON schemas
@@ -15,7 +23,8 @@ llguidance`), so the GPU path runs the very same grammar.
 One grammar form crosses every boundary: Lark in llguidance's dialect, which embeds JSON
 schemas (`start: %json {...}`) and regexes (`start: /.../`); contracts/guided_grammar.py builds
 it from OpenAI's `response_format`. Compilation is bounded by llguidance's fuel limits
-(deterministic: the same grammar compiles, or fails, on every server) and by a wall-clock bound.
+(deterministic: the same grammar compiles, or fails, on every server) and by a wall-clock bound,
+the same ones the gateway's edge checks with (engine/grammar_check.py).
 """
 
 from __future__ import annotations
@@ -31,44 +40,13 @@ import llguidance.numpy as llg_numpy
 import numpy as np
 import numpy.typing as npt
 
-# llguidance's resource limits, at their documented defaults but for the lexer's start-up fuel
-# (~50k per ms): a grammar that needs more is refused instead of stalling a server. The gateway's
-# edge check (contracts/guided_grammar.py) uses the same figures; a test holds them together.
-INITIAL_LEXER_FUEL = 1_000_000
-STEP_LEXER_FUEL = 200_000
-MAX_GRAMMAR_SIZE = 500_000
-# A compile that takes longer than this is refused, whatever the fuel said.
-MAX_COMPILE_S = 2.0
+from engine.grammar_check import MAX_COMPILE_S, error_reason, parser_limits, start_problem
+
 _CACHE_SIZE = 256
-
-
-def parser_limits() -> llguidance.LLParserLimits:
-    """The limits every compile runs under; errors name the grammar's line, not the parser's state."""
-    return llguidance.LLParserLimits(
-        initial_lexer_fuel=INITIAL_LEXER_FUEL,
-        step_lexer_fuel=STEP_LEXER_FUEL,
-        max_grammar_size=MAX_GRAMMAR_SIZE,
-        verbose_errors=False,
-    )
 
 
 class GrammarError(ValueError):
     """A grammar llguidance cannot compile (the reason is its own), or one past the bounds."""
-
-
-def error_reason(message: str) -> str:
-    """llguidance's error without the source it quotes (indented lines: the grammar's line and
-    a caret, which for a schema on one line is the whole schema), at most 300 characters."""
-    lines = [line.strip() for line in message.splitlines() if line.strip() and not line[0].isspace()]
-    reason = " ".join(lines) or "the grammar does not compile"
-    return reason if len(reason) <= 300 else reason[:297] + "..."
-
-
-def grammar_problem(grammar: str) -> str | None:
-    """Why `grammar` cannot compile, without a tokenizer (its validity does not depend on one);
-    None when it can. For paths that hand the grammar to another compiler (TensorRT-LLM's)."""
-    message = llguidance.LLMatcher.validate_grammar(grammar, None, limits=parser_limits())
-    return f"the grammar does not compile: {error_reason(message)}" if message else None
 
 
 class CompiledGrammar:
@@ -138,9 +116,12 @@ class GrammarCompiler:
     def _compile(self, grammar: str) -> CompiledGrammar | GrammarError:
         started = time.perf_counter()
         matcher = llguidance.LLMatcher(self._tokenizer, grammar, log_level=0, limits=parser_limits())
-        elapsed = time.perf_counter() - started
         if matcher.is_error():
             return GrammarError(f"the grammar does not compile: {error_reason(matcher.get_error())}")
+        problem = start_problem(matcher.deep_copy(), self.vocab_size)
+        elapsed = time.perf_counter() - started
+        if problem is not None:
+            return GrammarError(problem)
         if elapsed > self._max_compile_s:
             bound = self._max_compile_s
             return GrammarError(f"the grammar took {elapsed:.1f} s to compile, past the bound of {bound} s")
@@ -154,6 +135,22 @@ class GrammarCompiler:
         if token_ids and not matcher.consume_tokens(list(token_ids)):
             raise ValueError(f"the resumed tokens do not follow the grammar: {error_reason(matcher.get_error())}")
         return matcher
+
+    def completes(self, grammar: str, token_ids: Sequence[int]) -> bool:
+        """Whether `token_ids` (a whole reply, a trailing end-of-sequence token allowed) are a
+        text complete under `grammar`: for a path whose own matcher says nothing of how it ended
+        (TensorRT-LLM's ends a reply `stop` when its matcher gave up, as ours would)."""
+        try:
+            matcher = self.matcher_after(grammar, token_ids)
+        except ValueError:  # GrammarError too: it cannot be compiled here, so it is not shown complete
+            return False
+        return matcher.is_accepting() and not matcher.is_error()
+
+    def next_token_problem(self, grammar: str, token_ids: Sequence[int]) -> str | None:
+        """Why no token can follow `token_ids` under `grammar` (a limit the grammar's shared
+        lexer ran into on an earlier reply, say); None when one can. Raises as `matcher_after`.
+        Costs one mask: for validating a request, off the step thread."""
+        return start_problem(self.matcher_after(grammar, token_ids), self.vocab_size)
 
     def fill_masks(self, matchers: Sequence[llguidance.LLMatcher]) -> npt.NDArray[np.int32]:
         """Each matcher's allowed tokens as a bitmask row [len(matchers), ceil(vocab / 32)]

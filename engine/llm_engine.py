@@ -7,6 +7,9 @@ A step is: apply cancellations, plan (scheduler), compute (model), sample, stop-
                                                                         │ sample_token, logprobs
     RequestOutput deltas ◀── stop check (eos, grammar done, stop ids/sequences, max_tokens) ◀┘
 
+Under a grammar the reply ends STOP only when its text is complete under it; a matcher that
+gives up mid-reply ends it GRAMMAR_FAILED, never STOP or LENGTH (engine/grammar.py).
+
 Not thread-safe: one thread owns an engine (see `EngineLoop` for the threaded host). The only
 exception is `validate_request`, which reads nothing mutable.
 """
@@ -23,6 +26,7 @@ import numpy.typing as npt
 from engine.config import EngineConfig, ModelConfig
 from engine.forward_batch import Model, SequenceChunk, logit_rows
 from engine.grammar import GrammarCompiler, GrammarError, apply_masks
+from engine.grammar_check import matcher_failure
 from engine.logprobs import token_logprobs
 from engine.request import MAX_LOGPROBS, EngineRequest, FinishReason, RequestClass, RequestOutput
 from engine.sampling import sample_token
@@ -92,13 +96,11 @@ class LLMEngine:
         if self.grammars is None:
             return "this model has no tokenizer.json to follow a grammar with"
         try:
-            if request.resume_token_ids:  # they must follow it: the next token is masked after them
-                self.grammars.matcher_after(grammar, request.resume_token_ids)
-            else:
-                self.grammars.compile(grammar)
+            # Compiled, the resumed tokens (if any) followed, and a next token possible: a grammar
+            # whose lexer outgrew its limits on an earlier reply is refused here, not cut mid-reply.
+            return self.grammars.next_token_problem(grammar, request.resume_token_ids)
         except (GrammarError, ValueError) as exc:
             return str(exc)
-        return None
 
     def add_request(self, request: EngineRequest) -> None:
         """Queue a request; it is scheduled from the next step on."""
@@ -199,7 +201,8 @@ class LLMEngine:
         failed = self._mask(sampled, logits)
         for seq, row in sampled:
             token_id = None
-            if seq not in failed:
+            reason: FinishReason | None = failed.get(seq)
+            if reason is None:
                 try:
                     # The index counts resumed tokens: a resumed reply draws what the original would.
                     token_id = sample_token(logits[row], seq.sampling, seq.num_completion_tokens)
@@ -208,8 +211,10 @@ class LLMEngine:
                 except Exception:  # bad logits for one request must not take the others down
                     logger.exception("sampling failed for %r; aborting it", seq.request_id)
                     token_id = None
-            if token_id is None:
-                reason: FinishReason | None = FinishReason.ABORTED
+            if reason is not None:
+                pass  # its grammar failed: nothing was sampled
+            elif token_id is None:
+                reason = FinishReason.ABORTED
             else:
                 seq.append_token(token_id)
                 reason = self._stop_reason(seq, token_id)
@@ -218,32 +223,45 @@ class LLMEngine:
             outputs.append(self._output(seq))
         return outputs
 
-    def _mask(self, sampled: list[tuple[Sequence, int]], logits: npt.NDArray[np.float32]) -> set[Sequence]:
+    def _mask(
+        self, sampled: list[tuple[Sequence, int]], logits: npt.NDArray[np.float32]
+    ) -> dict[Sequence, FinishReason]:
         """Mask the rows of constrained sequences to what their grammars allow, all at once;
-        the sequences whose masks could not be made (to abort)."""
+        the sequences that cannot go on, each with its end: GRAMMAR_FAILED where its matcher
+        gave up (it would allow only the end-of-sequence token: no STOP for a cut text),
+        ABORTED where the masks could not be made at all."""
         constrained = [(seq, row) for seq, row in sampled if seq.matcher is not None]
         if not constrained:
-            return set()
+            return {}
         assert self.grammars is not None
         try:
             bitmask = self.grammars.fill_masks([seq.matcher for seq, _ in constrained])  # type: ignore[misc]
             apply_masks(logits, [row for _, row in constrained], bitmask)
         except Exception:
             logger.exception("grammar masks failed for %d requests; aborting them", len(constrained))
-            return {seq for seq, _ in constrained}
-        return set()
+            return dict.fromkeys((seq for seq, _ in constrained), FinishReason.ABORTED)
+        failed = {}
+        for i, (seq, _) in enumerate(constrained):
+            assert seq.matcher is not None
+            problem = matcher_failure(seq.matcher, bitmask[i])
+            if problem is not None:
+                logger.warning("grammar gave up on %r after %d tokens: %s",
+                               seq.request_id, seq.num_completion_tokens, problem)  # fmt: skip
+                failed[seq] = FinishReason.GRAMMAR_FAILED
+        return failed
 
     def _stop_reason(self, seq: Sequence, token_id: int) -> FinishReason | None:
         params = seq.sampling
-        if token_id == self._eos_token_id and not params.ignore_eos:
-            return FinishReason.STOP
         matcher = seq.matcher
         if matcher is not None:
-            if not matcher.consume_token(token_id):  # the mask allowed it: a grammar library bug
-                logger.error("grammar refused the token it allowed for %r: %s", seq.request_id, matcher.get_error())
-                return FinishReason.ABORTED
+            # The end-of-sequence token too: the matcher takes it only where the text is complete.
+            if not matcher.consume_token(token_id):
+                logger.warning("grammar refused a token it allowed for %r: %s", seq.request_id, matcher.get_error())
+                return FinishReason.GRAMMAR_FAILED
             if matcher.is_stopped():  # complete, and nothing but the end may follow
                 return FinishReason.STOP
+        elif token_id == self._eos_token_id and not params.ignore_eos:
+            return FinishReason.STOP
         if token_id in params.stop_token_ids:
             return FinishReason.STOP
         completion = seq.num_completion_tokens

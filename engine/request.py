@@ -21,10 +21,14 @@ class RequestClass(enum.Enum):
 class FinishReason(enum.Enum):
     """Why a request stopped producing tokens."""
 
-    STOP = "stop"  # an end-of-sequence token, a stop token id or a stop token sequence
+    STOP = "stop"  # an end-of-sequence token, a stop token id or a stop token sequence; under a
+    # grammar, only where the text is complete under it (engine/grammar.py)
     LENGTH = "length"  # max_tokens reached, or the model's context is full
     CANCELLED = "cancelled"  # the caller cancelled it
     ABORTED = "aborted"  # the engine could never serve it (shutdown)
+    # The grammar's matcher gave up mid-reply (a limit of llguidance's hit as the text grew, or
+    # no token it allows): the text so far is incomplete under the grammar and never will be.
+    GRAMMAR_FAILED = "grammar_failed"
 
 
 @dataclass(frozen=True, slots=True)

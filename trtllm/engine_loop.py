@@ -30,12 +30,13 @@ import concurrent.futures
 import logging
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from engine.engine_loop import RequestStream
-from engine.grammar import grammar_problem
+from engine.grammar import GrammarCompiler
+from engine.grammar_check import GrammarValidator
 from engine.llm_engine import request_problem
 from engine.request import EngineRequest, FinishReason, RequestClass, RequestOutput
 from engine.stats import EngineStats
@@ -89,10 +90,15 @@ class LlmApiEngineLoop:
         with_priority: bool = False,
         stats_interval_s: float = 0.1,
         guided_decoding_params: Callable[..., Any] | None = None,
+        grammars: GrammarCompiler | None = None,
     ) -> None:
+        """`grammars` (the checkpoint's tokenizer): checks that a constrained reply TensorRT-LLM
+        ended `stop` is complete under its grammar; one that is not ends GRAMMAR_FAILED."""
         self._llm = llm
+        self._grammars = grammars
         # `tensorrt_llm.sampling_params.GuidedDecodingParams`: None serves no grammar.
         self._guided_decoding_params = guided_decoding_params
+        self._grammar_check = GrammarValidator()  # llguidance's verdict, under the engines' limits
         self._with_priority = with_priority
         self._sampling_params = sampling_params
         self._limits = limits
@@ -169,7 +175,7 @@ class LlmApiEngineLoop:
             # TensorRT-LLM starts the grammar at the prompt's end: resumed tokens would be masked
             # as if they were the reply's first, so a constrained reply is not resumed here.
             return "a constrained reply cannot be resumed on the TensorRT-LLM path"
-        return grammar_problem(sampling.grammar)
+        return self._grammar_check.problem(sampling.grammar)
 
     def _with_grammar(self, request: EngineRequest, sampling: dict[str, Any]) -> dict[str, Any]:
         """`sampling` with the request's grammar as TensorRT-LLM's guided decoding: llguidance's
@@ -237,6 +243,8 @@ class LlmApiEngineLoop:
                     return self._finish(entry, new[:keep], FinishReason.STOP)
                 if step.finished:
                     reason = _FINISH_REASONS.get(completion.finish_reason or "", FinishReason.ABORTED)
+                    if reason is FinishReason.STOP and not await self._complete(request, completion.token_ids):
+                        reason = FinishReason.GRAMMAR_FAILED
                     return self._finish(entry, new, FinishReason.CANCELLED if entry.cancel_requested else reason)
                 if new:
                     entry.emitted += len(new)
@@ -250,6 +258,19 @@ class LlmApiEngineLoop:
         finally:
             self._in_llm[request.request_class] -= 1
             self._release_bulk()
+
+    async def _complete(self, request: EngineRequest, token_ids: Sequence[int]) -> bool:
+        """Whether a reply TensorRT-LLM ended `stop` is complete under the request's grammar (True
+        without one, or without the tokenizer to tell). Its llguidance matcher, once it gives up
+        mid-reply (a limit hit), allows only the end token, so `stop` alone proves nothing."""
+        grammar = request.sampling.grammar
+        if grammar is None or self._grammars is None:
+            return True
+        tokens = [*request.resume_token_ids, *token_ids]
+        complete = await asyncio.to_thread(self._grammars.completes, grammar, tokens)
+        if not complete:
+            logger.warning("TensorRT-LLM ended %r `stop` with its grammar incomplete", request.request_id)
+        return complete
 
     def _finish(self, entry: _Running, new: tuple[int, ...], reason: FinishReason) -> None:
         """The request's final output; called once it is out of the LLM (or never went in)."""

@@ -1,5 +1,5 @@
 """The edge's grammar check (contracts/guided_grammar.py): OpenAI's response formats as Lark, the
-verdicts llguidance gives, cached, and the same limits as the engines' compiler."""
+verdicts llguidance gives (a grammar that does not compile, or accepts no text), cached."""
 
 from __future__ import annotations
 
@@ -7,15 +7,43 @@ import json
 
 import pytest
 
-from contracts import guided_grammar
 from contracts.guided_grammar import GrammarChecker, json_object_grammar, json_schema_grammar, regex_grammar
-from engine import grammar as engine_grammar
 
 
-def test_the_edge_checks_with_the_engines_limits() -> None:
-    """What passes here compiles on every server: the same fuel, size and time bounds."""
-    for name in ("INITIAL_LEXER_FUEL", "STEP_LEXER_FUEL", "MAX_GRAMMAR_SIZE", "MAX_COMPILE_S"):
-        assert getattr(guided_grammar, name) == getattr(engine_grammar, name), name
+def _nested(depth: int) -> dict[str, object]:
+    schema: dict[str, object] = {"type": "integer"}
+    for _ in range(depth):
+        schema = {"type": "object", "properties": {"a": schema}, "required": ["a"]}
+    return schema
+
+
+@pytest.mark.parametrize(
+    ("schema", "reason"),
+    [
+        ({"$ref": "#"}, "the grammar accepts no text"),
+        ({"anyOf": [{"$ref": "#"}]}, "the grammar accepts no text"),
+        ({"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"}, "accepts no text"),
+        ({"anyOf": []}, "anyOf is empty"),
+        ({"not": {}}, 'Unimplemented keys: ["not"]'),
+        ({"type": "string", "minLength": 5, "maxLength": 2}, "minLength (5) is greater than maxLength (2)"),
+        ({"type": "integer", "minimum": 5, "maximum": 2}, "minimum (5) is greater than maximum (2)"),
+        ({"type": "array", "minItems": 5, "maxItems": 2}, "minItems (5) is greater than maxItems (2)"),
+        (_nested(200), "recursion limit exceeded"),
+    ],
+)
+def test_a_schema_no_reply_can_follow_is_refused_before_any_server(schema: dict[str, object], reason: str) -> None:
+    """Hostile and unsatisfiable schemas: a 400 with the reason at the edge, never a reply that
+    ends `stop` with text the schema does not accept (`{"$ref": "#"}` compiles, and a server
+    ended its reply at once with an empty `stop`; the first mask finds it)."""
+    problem = GrammarChecker().problem(json_schema_grammar(schema))
+    assert problem is not None and reason in problem, problem
+
+
+def test_a_schema_that_outgrows_the_limits_only_mid_reply_passes_the_edge() -> None:
+    """A huge repetition count compiles and starts: only generating finds its limit (the engine
+    then ends the reply `grammar_failed`, tests/engine/test_grammar.py)."""
+    hostile = {"type": "string", "pattern": "^(a|aa|[a-z]{1,50}){500}$"}
+    assert GrammarChecker().problem(json_schema_grammar(hostile)) is None
 
 
 def test_response_formats_become_compact_json_grammars() -> None:

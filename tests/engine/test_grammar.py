@@ -1,7 +1,9 @@
 """Grammar-constrained decoding on a real built model (its own BPE tokenizer, random weights):
 replies parse and validate, a resumed reply continues the same grammar token for token, a
 grammar that cannot end in max_tokens ends with `length`, a bad grammar is refused with
-llguidance's reason, and the masks themselves are exact."""
+llguidance's reason, the masks themselves are exact, and a reply ends `stop` only when its
+text is complete under its grammar (a corpus of hostile schemas: refused, valid, `length` or
+`grammar_failed`, never an invalid `stop`)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import numpy as np
 import pytest
 from tokenizers import Tokenizer
@@ -225,3 +228,89 @@ def test_masks_allow_exactly_what_the_grammar_allows(model_dir: Path, tokenizer:
     assert allowed_at_start.sum() >= 1 and allowed_at_start[vocab["{"]] and not allowed_at_start[vocab["}"]]
     assert allowed_in_string[vocab["a"]] and allowed_in_string[vocab['"']] and not allowed_in_string[2]  # no EOS
     assert not allowed_in_string[vocab["Ċ"]]  # a raw newline (byte-level "Ċ") cannot sit in a JSON string
+
+
+# A pattern whose lexer outgrows llguidance's limits a few dozen characters in (the issue's).
+HUGE_REPETITION = {"type": "string", "pattern": "^(a|aa|[a-z]{1,50}){500}$"}
+
+
+def _nested(depth: int) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "integer"}
+    for _ in range(depth):
+        schema = {"type": "object", "properties": {"a": schema}, "required": ["a"]}
+    return schema
+
+
+CORPUS: dict[str, dict[str, Any]] = {
+    "person": PERSON,
+    "enum": {"enum": ["a", "b", 3, None]},
+    "recursive lists": {"type": "array", "items": {"$ref": "#"}, "maxItems": 2},
+    "self-requiring": {"type": "object", "properties": {"a": {"$ref": "#"}}, "required": ["a"]},
+    "nested 20": _nested(20),
+    "nested 200": _nested(200),
+    "huge repetition": {"type": "object", "properties": {"x": HUGE_REPETITION}, "required": ["x"]},
+    "huge count": {"type": "string", "pattern": "^a{100000}$"},
+    "minLength > maxLength": {"type": "string", "minLength": 5, "maxLength": 2},
+    "minimum > maximum": {"type": "integer", "minimum": 5, "maximum": 2},
+    "minItems > maxItems": {"type": "array", "minItems": 5, "maxItems": 2},
+    "empty anyOf": {"anyOf": []},
+    "not anything": {"not": {}},
+    "only itself": {"$ref": "#"},
+    "a loop of refs": {"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"},
+}
+
+
+def test_a_constrained_reply_ends_stop_only_when_its_text_is_valid(model_dir: Path, tokenizer: Tokenizer) -> None:
+    """Every schema of the corpus, greedy and sampled: refused before any token (with the
+    reason), or a reply that ends `stop` with a document the schema accepts, `length`, or
+    `grammar_failed`. Before, `{"$ref": "#"}` ended `stop` with "" and the huge repetition
+    count `stop` with a cut string: the matcher had given up, and its mask allowed only the
+    end-of-sequence token, which the engine took for a normal end."""
+    ends: dict[str, set[str]] = {}
+    for name, schema in CORPUS.items():
+        engine = new_engine(model_dir)
+        prompt = tokenizer.encode(f"{name}:").ids
+        grammar = json_grammar(schema)
+        requests = [
+            request(f"{name}/{seed}", prompt, 80, grammar=grammar, temperature=min(seed, 1), seed=seed)
+            for seed in range(3)
+        ]
+        try:
+            for req in requests:
+                engine.validate_request(req)
+        except ValueError as exc:
+            assert "grammar" in str(exc), (name, exc)
+            ends[name] = {"refused"}
+            continue
+        outputs = run(engine, *requests)
+        for req in requests:
+            got = outputs[req.request_id]
+            reason = got[-1].finish_reason
+            assert reason in (FinishReason.STOP, FinishReason.LENGTH, FinishReason.GRAMMAR_FAILED), (name, reason)
+            if reason is FinishReason.STOP:
+                text = tokenizer.decode(tokens(got))
+                jsonschema.validate(json.loads(text), schema)  # raises on an invalid stop
+            ends.setdefault(name, set()).add(reason.value)
+    refused = {name for name, seen in ends.items() if seen == {"refused"}}
+    assert refused == {
+        "nested 200", "minLength > maxLength", "minimum > maximum", "minItems > maxItems", "empty anyOf",
+        "not anything", "only itself", "a loop of refs",
+    }  # fmt: skip
+    assert "grammar_failed" in ends["huge repetition"] and "stop" in ends["person"]
+
+
+def test_a_grammar_that_gives_up_mid_reply_ends_it_failed_then_is_refused(
+    model_dir: Path, tokenizer: Tokenizer
+) -> None:
+    """The huge repetition count: the reply ends `grammar_failed` after the tokens the grammar
+    took (never `stop` or `length`), and the next request for it is refused before any token
+    with llguidance's reason (the compiled grammar's lexer is past its limit for good)."""
+    engine = new_engine(model_dir)
+    grammar = json_grammar({"type": "object", "properties": {"x": HUGE_REPETITION}, "required": ["x"]})
+    outputs = run(engine, request("r", tokenizer.encode("x:").ids, 100, grammar=grammar))["r"]
+    assert outputs[-1].finish_reason is FinishReason.GRAMMAR_FAILED
+    got = tokens(outputs)
+    assert 6 < len(got) < 100 and outputs[-1].completion_tokens == len(got)
+    assert tokenizer.decode(got).startswith('{"x":"') and engine.model.eos_token_id not in got
+    with pytest.raises(ValueError, match="cannot be followed within llguidance's limits: lexer error"):
+        engine.validate_request(request("again", [5, 6], 10, grammar=grammar))
