@@ -126,6 +126,24 @@ def request_conflict(request_id: str, reason: str) -> ApiError:
     )
 
 
+def grammar_failed(tokens: int) -> ApiError:
+    """400 `grammar_failed` for a reply its grammar gave up on after `tokens` tokens: llguidance
+    hit one of its limits as the text grew (a pattern with large repetition counts, say), so the
+    text is not complete under the grammar and never will be. Not a `stop`: a reply never claims
+    a text it is not. The caller's to change (a simpler schema or pattern), like a grammar the
+    edge refuses before any token (that one's code is `invalid_request`); not billed."""
+    return ApiError(
+        400,
+        "invalid_request_error",
+        f"the reply could not be completed under its grammar: llguidance gave up after {tokens} tokens "
+        "(a limit hit as the text grew, such as a pattern with large repetition counts); the text so far "
+        "is not valid under the grammar and is not billed. Simplify the schema or pattern (docs/openai.md, "
+        "'Structured outputs')",
+        None,
+        code="grammar_failed",
+    )
+
+
 def error_payload(exc: BaseException) -> dict[str, Any]:
     """The `{"error": ...}` body for a failure after the response has started (SSE)."""
     if isinstance(exc, ApiError):

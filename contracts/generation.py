@@ -23,8 +23,11 @@ from contracts.token_ids import PackedTokenIds
 
 RequestClass = Literal["interactive", "bulk"]
 
-# Values of the `llm` model's `finish_reason` output (docs/tensors.md).
-FINISH_REASONS = frozenset({"stop", "length", "cancelled", "aborted"})
+# Values of the `llm` model's `finish_reason` output (docs/tensors.md): engine.request.FinishReason's.
+FINISH_REASONS = frozenset({"stop", "length", "cancelled", "aborted", "grammar_failed"})
+# The reply's grammar gave up mid-reply (a limit of llguidance's hit): the text is incomplete
+# under it. The doors answer it as an error (contracts.errors.grammar_failed), never as a stop.
+GRAMMAR_FAILED = "grammar_failed"
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,8 +18,9 @@ from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import replace
 from typing import Protocol
 
-from contracts.errors import invalid_request
+from contracts.errors import grammar_failed, invalid_request
 from contracts.generation import (
+    GRAMMAR_FAILED,
     BackendError,
     GenerationBackend,
     GenerationDelta,
@@ -119,6 +120,9 @@ class InflightRequest:
             self.deltas.append(delta)
         if delta.finish_reason is not None:
             self.stop_reason = delta.finish_reason
+            if delta.finish_reason == GRAMMAR_FAILED and self.error is None:
+                # Its grammar gave up: every door answers the 400, never a normal end.
+                self.error = grammar_failed(self.usage.completion_tokens)
         self._notify()
 
     def finish(self, stop_reason: str | None = None, error: BaseException | None = None) -> None:

@@ -1,7 +1,8 @@
 """RequestLifecycle on the real app (fake backend, real Redis): the bill is what reached the
 caller. A stream that fails after some text bills that text; a whole reply that fails reached
 no one, so its tokens are metered as discarded and not billed (found by the partitions bench:
-a 502 after 22 generated tokens billed all 22)."""
+a 502 after 22 generated tokens billed all 22); a reply its grammar gave up on is no product,
+streamed or not: discarded, and its id replays the same 400."""
 
 from __future__ import annotations
 
@@ -49,6 +50,21 @@ async def test_a_stream_that_fails_after_text_bills_the_text_it_sent(
         events = sse((await client.post(path, json={**BODY, "stream": True})).text)
         assert events[-1][0] == "error"
     assert await _billed(client, app) == (2, 6, 0)
+
+
+async def test_a_reply_its_grammar_gave_up_on_bills_nothing_and_replays_its_error(
+    client: httpx.AsyncClient, app: FastAPI, backend: FakeBackend, sse: Any
+) -> None:
+    backend.deltas = [*backend.deltas[:2], GenerationDelta(text="wor", token_ids=(8,), finish_reason="grammar_failed")]
+    body = {**BODY, "request_id": "r-grammar"}
+    whole = await client.post("/v1/generate", json=body)
+    assert whole.status_code == 400 and whole.json()["error"]["code"] == "grammar_failed", whole.text
+    events = sse((await client.post("/v1/completions", json={**BODY, "stream": True})).text)
+    assert events[0][1]["choices"][0]["text"] == "Hello" and events[-1][0] == "error"
+    assert await _billed(client, app) == (2, 0, 8)  # 4 tokens each, streamed or not: discarded
+    again = await client.post("/v1/generate", json=body)  # the stored end: not resumed, not generated
+    assert again.status_code == 400 and again.json()["error"] == whole.json()["error"]
+    assert len(backend.requests) == 2
 
 
 async def test_a_whole_reply_that_ends_well_bills_its_completion(client: httpx.AsyncClient, app: FastAPI) -> None:

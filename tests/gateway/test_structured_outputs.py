@@ -1,6 +1,7 @@
 """Structured output, tool calls and log-probabilities through the app (FakeBackend behind it):
 what the engine is asked for (the grammar, k), a bad schema refused at the edge with llguidance's
-reason, and the replies in OpenAI's shapes, whole and streamed."""
+reason (a schema that accepts no text too), a reply its grammar gave up on answered as an error
+on every route (never a `stop`), and the replies in OpenAI's shapes, whole and streamed."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from tokenizers import Tokenizer
 from build_engines.tokenizer import LLAMA_CHAT_TEMPLATE
 from contracts.generation import GenerationDelta, Logprobs
 from contracts.guided_grammar import json_object_grammar, json_schema_grammar
-from contracts.tool_calls import ToolSpec, call_text, tool_call_grammar
+from contracts.openai_wire.tool_calls import ToolSpec, call_text, tool_call_grammar
 
 Sse = Callable[[str], list[tuple[str | None, Any]]]
 
@@ -94,6 +95,44 @@ async def test_a_bad_schema_is_a_400_with_llguidances_reason(
         assert error["param"] == "response_format"
         assert "the grammar does not compile" in error["message"] and "strin" in error["message"]
     assert backend.requests == []
+
+
+async def test_a_schema_that_accepts_no_text_is_a_400_before_any_server(
+    client: httpx.AsyncClient, backend: Any
+) -> None:
+    """`{"$ref": "#"}` compiles, and a server used to end its reply at once, `stop` with ""."""
+    itself = {"type": "json_schema", "json_schema": {"name": "r", "schema": {"$ref": "#"}, "strict": True}}
+    response = await client.post("/v1/chat/completions", json={**CHAT, "response_format": itself})
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["param"] == "response_format" and "the grammar accepts no text" in error["message"]
+    assert backend.requests == []
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/completions", "/v1/generate"])
+async def test_a_reply_its_grammar_gave_up_on_is_an_error_never_a_stop(
+    client: httpx.AsyncClient, backend: Any, tokenizer: Tokenizer, sse: Sse, path: str
+) -> None:
+    """The engine's `grammar_failed` (llguidance hit a limit mid-reply): a whole reply is a 400
+    `grammar_failed`; a stream has sent its text, and ends with the error event instead of a
+    finish reason."""
+    pieces = ['{"x":"', "abcab"]
+    reply_as(backend, tokenizer, pieces, finish="grammar_failed")
+    tokens = sum(len(tokenizer.encode(piece, add_special_tokens=False).ids) for piece in pieces)
+    fmt = {"type": "json_schema", "json_schema": {"name": "r", "schema": SCHEMA, "strict": True}}
+    body = CHAT if path.endswith("chat/completions") else {"model": "large", "prompt": "the fox", "max_tokens": 9}
+    body = {**body, "response_format": fmt}
+    whole = await client.post(path, json=body)
+    assert whole.status_code == 400, whole.text
+    error = whole.json()["error"]
+    assert (error["code"], error["type"], error["param"]) == ("grammar_failed", "invalid_request_error", None)
+    assert "could not be completed under its grammar" in error["message"]
+    assert f"after {tokens} tokens" in error["message"]
+    events = sse((await client.post(path, json={**body, "stream": True})).text)
+    assert events[-1][0] == "error" and events[-1][1]["error"] == error
+    data = [event for name, event in events if name is None and event != "[DONE]"]
+    assert data and all(choice.get("finish_reason") is None for d in data for choice in d.get("choices", []))
+    assert all("stop_reason" not in d for d in data)
 
 
 async def test_required_tools_constrain_the_reply_to_a_call_in_openais_shape(
