@@ -18,12 +18,11 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections import Counter
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from bench.sse_streams import CLIENT_NICENESS, LoadReport
+from bench.sse_streams import CLIENT_NICENESS, LoadTally
 from config.process_limits import raise_open_files_limit
 
 
@@ -41,18 +40,6 @@ class DoorSpec:
     max_tokens: int
     open_concurrency: int
     open_deadline_s: float
-
-
-@dataclass(slots=True)
-class _Tally:
-    opened: int = 0
-    settled: int = 0
-    events: int = 0
-    errors: Counter[str] = field(default_factory=Counter)
-    closing: bool = False
-
-    def report(self, open_s: float) -> LoadReport:
-        return LoadReport(self.opened, self.events, dict(self.errors), open_s)
 
 
 def _inputs(model: str, max_tokens: int) -> dict[str, Any]:
@@ -79,7 +66,7 @@ def _is_final(result: Any) -> bool:
     return bool(result.get_response().parameters["triton_final_response"].bool_param)
 
 
-async def _one(client: Any, spec: DoorSpec, gate: asyncio.Semaphore, deadline: float, tally: _Tally) -> None:
+async def _one(client: Any, spec: DoorSpec, gate: asyncio.Semaphore, deadline: float, tally: LoadTally) -> None:
     import grpc
 
     request = _inputs(spec.model, spec.max_tokens)
@@ -127,7 +114,7 @@ async def _load(spec: DoorSpec, reports: Any, index: int, close: Any) -> None:
 
     options = [("grpc.use_local_subchannel_pool", 1), ("grpc.max_receive_message_length", 64 * 1024 * 1024)]
     clients = [triton.InferenceServerClient(spec.url, channel_args=options) for _ in range(spec.channels)]
-    tally = _Tally()
+    tally = LoadTally()
     gate = asyncio.Semaphore(spec.open_concurrency)
     started = time.monotonic()
     deadline = started + spec.open_deadline_s

@@ -26,7 +26,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from bench.sse_reply import ReplyFailed, generate_request, stream_reply
+from bench.sse_connection import StreamFailed, generate_request, stream_reply
 from bench.sse_streams import CLIENT_NICENESS
 
 ClientPath = Literal["gateway", "triton"]
@@ -89,8 +89,8 @@ async def _sse_slot(spec: ClientSpec, slot: int, tally: _Tally) -> None:
         )
         try:
             await stream_reply(spec.host, spec.port, request, on_tokens)
-        except (ReplyFailed, OSError) as exc:
-            tally.errors[exc.kind if isinstance(exc, ReplyFailed) else type(exc).__name__] += 1
+        except (StreamFailed, OSError) as exc:
+            tally.errors[exc.kind if isinstance(exc, StreamFailed) else type(exc).__name__] += 1
             await asyncio.sleep(0.1)
             continue
         tally.ends.append(time.monotonic())
@@ -121,14 +121,14 @@ async def _triton_slot(spec: ClientSpec, slot: int, tally: _Tally, client: Any) 
         try:
             async for result, error in client.stream_infer(requests(), headers=headers):
                 if error is not None:
-                    raise ReplyFailed(f"grpc {str(error).split(':', 1)[0]}")
+                    raise StreamFailed(f"grpc {str(error).split(':', 1)[0]}")
                 count = len(result.as_numpy("output_token_ids"))
                 if count:
                     tally.arrivals.append((time.monotonic(), count))
                     tally.started.add(slot)
                 if result.as_numpy("finish_reason")[0]:
                     break
-        except ReplyFailed as failed:
+        except StreamFailed as failed:
             tally.errors[failed.kind] += 1
             await asyncio.sleep(0.1)
             continue
