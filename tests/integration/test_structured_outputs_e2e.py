@@ -112,3 +112,33 @@ def test_completions_echo_scores_the_prompt(live_gateway, triton_pool) -> None: 
     values = logprobs.token_logprobs or []
     assert values[0] is None and all(v is not None and v <= 0 for v in values[1:])
     assert all(len(top) >= 2 for top in (logprobs.top_logprobs or [])[1:])  # k, and the chosen one
+
+
+def _pattern_format(name: str) -> Any:
+    """A schema whose pattern outgrows llguidance's lexer limits a few dozen characters in (the
+    issue's); `name` keeps each use's grammar apart (a server refuses a grammar whose shared
+    lexer has hit its limit once, before any token)."""
+    pattern = {"type": "string", "pattern": "^(a|aa|[a-z]{1,50}){500}$"}
+    schema = {"type": "object", "properties": {name: pattern}, "required": [name], "additionalProperties": False}
+    return {"type": "json_schema", "json_schema": {"name": "r", "schema": schema, "strict": True}}
+
+
+def test_a_reply_its_grammar_gives_up_on_is_an_error_never_a_stop(live_gateway, triton_pool) -> None:  # type: ignore[no-untyped-def]
+    """The engine's matcher gives up mid-reply: a whole reply is a 400 `grammar_failed` (it was
+    `stop` with a cut string), a stream sends its text and then the error event; a schema that
+    accepts no text (`{"$ref": "#"}`, before: `stop` with "") is a 400 before any token."""
+    client = _client(live_gateway)
+    ask: Any = {"model": triton_pool.model_id, "messages": MESSAGES, "max_tokens": 200, "temperature": 0}
+    with pytest.raises(openai.BadRequestError) as whole:
+        client.chat.completions.create(**ask, response_format=_pattern_format("whole"))
+    assert whole.value.code == "grammar_failed" and "could not be completed" in whole.value.message
+    text = ""
+    with pytest.raises(openai.APIError) as streamed:
+        for chunk in client.chat.completions.create(**ask, response_format=_pattern_format("streamed"), stream=True):
+            assert not chunk.choices or chunk.choices[0].finish_reason is None
+            text += "".join(choice.delta.content or "" for choice in chunk.choices)
+    assert text.startswith('{"streamed":"') and "grammar_failed" in str(streamed.value.body)
+    itself: Any = {"type": "json_schema", "json_schema": {"name": "r", "schema": {"$ref": "#"}, "strict": True}}
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.chat.completions.create(**ask, response_format=itself)
+    assert refused.value.param == "response_format" and "accepts no text" in refused.value.message

@@ -10,6 +10,7 @@ from bls.engine_shell import handle_triton_requests, triton_engine_host
 from bls.model_config import model_parameters, require_decoupled
 from bls.stub_faults import enable_fault_log
 from build_engines.trtllm_pin import PINNED_RELEASE
+from engine.grammar import GrammarCompiler
 from trtllm.engine_loop import LlmApiEngineLoop
 from trtllm.llm_config import MODEL_YAML, engine_limits, load_llm_args
 
@@ -26,13 +27,18 @@ class TritonPythonModel:
         llm_args = load_llm_args(Path(args["model_repository"]) / MODEL_YAML)
         # Grammars only when model.yaml turned a guided decoding backend on (build_engines/llm_api_args.py).
         guided = GuidedDecodingParams if llm_args.get("guided_decoding_backend") else None
+        limits = engine_limits(llm_args, params)
+        # The checkpoint's tokenizer checks that a constrained reply ended `stop` is complete.
+        checkpoint = Path(str(llm_args["model"]))
+        grammars = GrammarCompiler.from_model_dir(checkpoint, limits.vocab_size, limits.end_id) if guided else None
         loop = LlmApiEngineLoop(
             LLM(**llm_args),
             SamplingParams,
-            engine_limits(llm_args, params),
+            limits,
             # Request priorities where the pinned release takes them; else the loop holds bulk back.
             with_priority=PINNED_RELEASE.supports_priority,
             guided_decoding_params=guided,
+            grammars=grammars,
         )
         self._host = triton_engine_host(pb_utils, args, params, loop)
         self._host.start()
