@@ -53,7 +53,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from bench.common import write_result
 from bench.concurrency_rig import Rig, RigSettings, log_warnings, running_rig, settle
 from bench.concurrency_rows import TARGETS, Idle, row_of
 from bench.concurrency_step import Load, Probe, run_step
@@ -62,6 +61,7 @@ from bench.paced_gateway import PACE
 from bench.process_stats import samples
 from bench.sse_streams import LoadSpec, Target, probe_ttfts, run_load
 from config.process_limits import raise_open_files_limit
+from report.result_files import write_result
 
 NAME = "concurrency"
 WEIGHTS = {"load": 1.0, "bystander": 2.0, "flooder": 1.0}

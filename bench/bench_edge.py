@@ -33,7 +33,6 @@ from typing import Any
 import httpx
 import redis
 
-from bench.common import write_result
 from bench.paced_backend import Pace, PacedBackend
 from build_engines.corpus import generate_corpus
 from build_engines.tokenizer import train_tokenizer
@@ -42,6 +41,7 @@ from contracts.catalog import ModelCatalog, ServedModel
 from contracts.generation import GenerationBackend
 from quota.capacity import StaticCapacity
 from quota.keys import SyncKeyStore
+from report.result_files import write_result
 
 NAME = "edge"
 CONTEXT = 36_864  # the `small` model's

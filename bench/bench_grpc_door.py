@@ -26,10 +26,10 @@ import numpy as np
 import tritonclient.grpc.aio as triton_aio
 from tritonclient.grpc import InferInput
 
-from bench.common import write_result
 from bench.live import load_tokenizer, prompt_of
 from config.settings import SwitchyardConfig
 from contracts.generation import GenerationRequest
+from report.result_files import write_result
 from router.triton_backend import LLM_MODEL, build_inputs
 
 NAME = "grpc_door"

@@ -25,7 +25,6 @@ from typing import Any
 import llguidance
 import numpy as np
 
-from bench.common import write_result
 from bench.guided_schemas import SCHEMAS
 from build_engines.checkpoint import llama_config_dict, random_llama_tensors
 from build_engines.corpus import generate_corpus
@@ -38,6 +37,7 @@ from engine.llm_engine import LLMEngine
 from engine.model import NumpyLlama
 from engine.request import EngineRequest, SamplingParams
 from engine.weights import llama_weights_from_tensors
+from report.result_files import write_result
 
 NAME = "guided"
 BATCH = 32
@@ -233,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     rows, meta = run(args.quick)
     if args.quick:
-        from bench.common import format_table
+        from report.result_files import format_table
 
         print(format_table(rows))
     else:

@@ -8,7 +8,6 @@ the number that sizes the models: the test suite and the S2/S3 scenarios read su
 from __future__ import annotations
 
 import argparse
-import importlib
 import time
 from typing import Any
 
@@ -20,6 +19,7 @@ from engine.config import ModelConfig
 from engine.forward_batch import SequenceChunk
 from engine.model import NumpyLlama
 from engine.weights import llama_weights_from_tensors
+from report.result_files import write_result
 
 
 def build_random_model(spec: ModelSpec, num_tokens: int, block_size: int) -> NumpyLlama:
@@ -75,20 +75,7 @@ def main(argv: list[str] | None = None) -> None:
             }
         )
     meta = {"what": f"{args.tokens}-token prompt read in {args.chunk}-token chunks, random weights"}
-    _report("prefill", rows, meta)
-
-
-def _report(name: str, rows: list[dict[str, Any]], meta: dict[str, Any]) -> None:
-    """bench.common.write_result (table + bench/results/<name>.json) when the shared helper
-    exists; a plain printed table otherwise."""
-    try:
-        common = importlib.import_module("bench.common")
-    except ModuleNotFoundError:
-        print(meta["what"])
-        for row in rows:
-            print("  ".join(f"{key}={value}" for key, value in row.items()))
-        return
-    common.write_result(name, rows, meta)
+    write_result("prefill", rows, meta)
 
 
 if __name__ == "__main__":

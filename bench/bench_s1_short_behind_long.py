@@ -22,13 +22,13 @@ from pathlib import Path
 
 import httpx
 
-from bench.common import write_result
 from bench.live import StreamTrace, load_tokenizer, percentile, prompt_of, start_streams, stop_streams, stream_generate
 from config.settings import SwitchyardConfig
 from engine.config import EngineConfig
 from engine.engine_loop import EngineLoop
 from engine.llm_engine import LLMEngine
 from engine.request import EngineRequest, SamplingParams
+from report.result_files import write_result
 
 NAME = "s1_short_behind_long"
 LONG_REPLIES = 6

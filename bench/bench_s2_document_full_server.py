@@ -14,7 +14,6 @@ import time
 
 import httpx
 
-from bench.common import write_result
 from bench.live import (
     MetricsSampler,
     StreamTrace,
@@ -27,6 +26,7 @@ from bench.live import (
     stream_generate,
 )
 from config.settings import SwitchyardConfig
+from report.result_files import write_result
 
 NAME = "s2_document_full_server"
 # Two teams of equal weight: `batch` fills the server with bulk (beyond its half it borrows),

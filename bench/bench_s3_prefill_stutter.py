@@ -13,9 +13,9 @@ import time
 
 import httpx
 
-from bench.common import write_result
 from bench.live import load_tokenizer, percentile, prompt_of, start_streams, stop_streams, stream_generate
 from config.settings import SwitchyardConfig
+from report.result_files import write_result
 
 NAME = "s3_prefill_stutter"
 STREAMS = 16

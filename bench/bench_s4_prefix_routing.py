@@ -32,9 +32,9 @@ from dataclasses import dataclass
 import httpx
 from tritonclient.grpc.aio import InferenceServerClient
 
-from bench.common import write_result
 from bench.live import load_tokenizer, percentile, prompt_of, read_inference_count, stream_generate
 from contracts.generation import GenerationRequest
+from report.result_files import write_result
 from router.triton_backend import TritonBackend
 from stack.local_stack import Stack
 
@@ -230,5 +230,5 @@ def _landing_dict(x: Landing) -> dict[str, object]:
 
 
 def run(stack: Stack, model: str, headers: dict[str, str]) -> dict[str, object]:
-    """`stack`: running `model`'s pool with four copies (`bench.live.with_copies`)."""
+    """`stack`: running `model`'s pool with four copies (`stack.measured_stack.with_copies`)."""
     return asyncio.run(_scenario(stack, model, headers))

@@ -31,10 +31,10 @@ from pathlib import Path
 import httpx
 import redis
 
-from bench.common import write_result
 from bench.live import StreamTrace, load_tokenizer, percentile, prompt_of, stream_generate
 from config.redis_client import sync_redis_client
 from config.settings import SwitchyardConfig
+from report.result_files import write_result
 from stack.local_stack import Stack
 
 NAME = "s5_bulk_backlog"

@@ -37,11 +37,11 @@ from pathlib import Path
 
 import httpx
 
-from bench.common import write_result
 from bench.live import StreamTrace, load_tokenizer, prompt_of, read_inference_count, start_streams, stream_generate
 from config.redis_client import redis_client as admin_redis_client
 from fleet_state.registry import ServerRegistry
 from fleet_state.server_state import ServerState
+from report.result_files import write_result
 from stack.local_stack import Stack
 
 NAME = "s7_s8_failover_drain"
@@ -321,5 +321,5 @@ async def _scenario(stack: Stack, model: str, headers: dict[str, str]) -> dict[s
 
 
 def run(stack: Stack, model: str, headers: dict[str, str]) -> dict[str, object]:
-    """`stack`: running `model`'s pool with two copies (`bench.live.with_copies`)."""
+    """`stack`: running `model`'s pool with two copies (`stack.measured_stack.with_copies`)."""
     return asyncio.run(_scenario(stack, model, headers))

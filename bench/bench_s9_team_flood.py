@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from bench.common import write_result
 from bench.live import StreamTrace, load_tokenizer, percentile, prompt_of, stream_generate
 from config.settings import SwitchyardConfig
+from report.result_files import write_result
 
 NAME = "s9_team_flood"
 B_CLIENTS = 4

@@ -35,7 +35,6 @@ from typing import Any
 import httpx
 import redis
 
-from bench.common import write_result
 from bench.redis_commands import ClientCommands
 from config.redis_client import redis_client, sync_redis_client
 from config.settings import SwitchyardConfig, dump_config, load_config
@@ -44,6 +43,7 @@ from contracts.generation import GenerationDelta, GenerationRequest, PoolReadine
 from fleet_state.load_board import LoadBoard, LoadReport, board_key
 from fleet_state.registry import ServerInfo, ServerRegistry, server_key
 from fleet_state.server_state import ServerState
+from report.result_files import write_result
 from router.server_directory import ROUTING_WINDOW_S, ServerDirectory
 from router.server_picker import ServerPicker
 from server_host.load_publisher import LoadPublisher
@@ -111,10 +111,11 @@ def _config(redis_url: str, var: Path, secrets_dir: Path) -> SwitchyardConfig:
 def _real_row() -> dict[str, Any]:
     """`switchyard up`'s stack with four real tritonservers of the small model and nothing to
     do: the CPU its gateway workers and its supervisor spend over IDLE_WINDOW_S."""
-    from bench.live import bench_config, start_stack, with_copies
+    from bench.live import start_stack
+    from stack.measured_stack import measured_config, with_copies
 
     base = load_config()
-    config = with_copies(bench_config(base, {POOL: ("small", base.pools[POOL].engine)}, {"bench": 1.0}), POOL, 4)
+    config = with_copies(measured_config(base, {POOL: ("small", base.pools[POOL].engine)}, {"bench": 1.0}), POOL, 4)
     stack, _ = start_stack(config)
     try:
         assert stack.gateway is not None and stack.gateway.pid is not None

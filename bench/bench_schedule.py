@@ -17,11 +17,11 @@ import sys
 import time
 from typing import Any
 
-from bench.common import write_result
 from engine.config import EngineConfig
 from engine.request import EngineRequest, RequestClass, SamplingParams
 from engine.scheduler import Scheduler
 from engine.sequence import Sequence
+from report.result_files import write_result
 
 NAME = "schedule"
 TARGET_MS = 0.5

@@ -47,10 +47,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from bench.common import RESULTS_DIR, format_table
 from bench.engine_alone import EngineAloneResult, run_engine_alone
 from bench.labeled_results import write_run
-from bench.live import bench_config, engine_config_of, load_tokenizer, prompt_of, start_stack
+from bench.live import engine_config_of, load_tokenizer, prompt_of, start_stack
 from bench.overhead_client import ClientReport, ClientSpec, run_client
 from bench.serving_processes import (
     ServingProcess,
@@ -61,7 +60,9 @@ from bench.serving_processes import (
     window_cpu,
 )
 from config.settings import SwitchyardConfig, load_config
+from report.result_files import RESULTS_DIR, format_table
 from stack.local_stack import Stack
+from stack.measured_stack import measured_config
 
 NAME = "serving_overhead"
 POOL = "bench-small"
@@ -102,7 +103,7 @@ def overhead_config(base: SwitchyardConfig, cap: int | None, engine_in_process: 
     """One server of `small` as pool `POOL`, paced as `base`'s `small` pool, `cap` overriding
     its `max_stream_responses_per_s`; the engine inside `llm` or (`engine_in_process` False)
     a model of its own."""
-    config = bench_config(base, {POOL: ("small", base.pools["small"].engine)}, {"bench": 1.0})
+    config = measured_config(base, {POOL: ("small", base.pools["small"].engine)}, {"bench": 1.0})
     update: dict[str, Any] = {"engine_in_process": engine_in_process}
     if cap is not None:
         update["max_stream_responses_per_s"] = cap

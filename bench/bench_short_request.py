@@ -29,10 +29,10 @@ from typing import Any
 import httpx
 import redis
 
-from bench.common import write_result
 from bench.concurrency_rig import RigSettings, running_rig
 from bench.process_stats import cpu_seconds
 from bench.redis_commands import ClientCommands
+from report.result_files import write_result
 
 NAME = "short_request"
 REPLY_TOKENS = 10

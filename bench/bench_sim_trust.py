@@ -29,10 +29,8 @@ from dataclasses import asdict, replace
 
 import httpx
 
-from bench.common import write_result
 from bench.live import (
     StreamTrace,
-    bench_config,
     engine_config_of,
     load_tokenizer,
     prompt_of,
@@ -40,10 +38,12 @@ from bench.live import (
 )
 from config.settings import EngineSpec, SwitchyardConfig
 from engine.config import EngineConfig
+from report.result_files import write_result
 from simulator.cost_model import LinearCost, fit_linear
 from simulator.cpu_profile import profile_cpu_engine
 from simulator.trace_replay import ReplayResult, TraceRequest, replay
 from stack.local_stack import Stack
+from stack.measured_stack import measured_config
 
 NAME = "sim_trust"
 POOL = "trust"  # the bench pool, and the team whose key calls it
@@ -59,7 +59,7 @@ def trust_config(base: SwitchyardConfig) -> SwitchyardConfig:
     """`base` with one server of the `small` model as pool `POOL`, whose every step's tokens go
     out as they come, so the client sees the step rate (the cost of streaming each token is
     part of what the calibration measures)."""
-    config = bench_config(base, {POOL: ("small", EngineSpec())}, {POOL: 1.0})
+    config = measured_config(base, {POOL: ("small", EngineSpec())}, {POOL: 1.0})
     pool = config.pools[POOL].model_copy(update={"stream_interval_ms": 0, "max_stream_responses_per_s": 10_000})
     return config.model_copy(update={"pools": {POOL: pool}})
 

@@ -1,5 +1,5 @@
 """The headline figures of live benchmarks S1, S3 and S4, each against its target, as the rows
-of one table (`switchyard gpu-check` prints and writes it).
+of one table (`python -m bench gpu`, for `switchyard gpu-check`, prints and writes it).
 
 Each figure is read from the result a benchmark's `run` returns ({"rows": [...], "meta": {...}},
 also bench/results/<name>.json), targets included, so a target changed in a benchmark changes
@@ -44,7 +44,7 @@ class Headline:
         return self.value is not None and self.target.met_by(self.value)
 
     def row(self) -> dict[str, object]:
-        """The headline as a row of `bench.common.format_table`: None prints as a blank."""
+        """The headline as a row of `report.result_files.format_table`: None prints as a blank."""
         target = None if self.target is None else str(self.target)
         met = {True: "yes", False: "no", None: None}[self.met]
         return {"bench": self.bench, "figure": self.figure, "value": self.value, "target": target, "met": met}
@@ -52,7 +52,7 @@ class Headline:
 
 def headlines(results: Mapping[str, Mapping[str, object]]) -> list[Headline]:
     """The headline figures of the benchmarks in `results` (name -> result, as
-    `bench.__main__.run_live` returns), S1, S3, S4 in that order; other names have none."""
+    `bench.live_runs.run_live` returns), S1, S3, S4 in that order; other names have none."""
     readers: dict[str, Callable[[Mapping[str, object]], list[Headline]]] = {"s1": _s1, "s3": _s3, "s4": _s4}
     return [headline for name, read in readers.items() if name in results for headline in read(results[name])]
 

@@ -3,7 +3,7 @@ before it instead of replacing it:
 
     bench/results/<name>.json = {"name": ..., "runs": {"before": {...}, "after": {...}}}
 
-A file still in the one-run layout of bench/common.py (`{"name", "meta", "rows"}`) is kept as
+A file still in the one-run layout of report/result_files.py (`{"name", "meta", "rows"}`) is kept as
 the run `legacy`.
 """
 

@@ -8,10 +8,14 @@ Not part of `make test`: it needs a GPU, TensorRT-LLM and a `tritonserver`, as i
           ▼
     build small     build_engines.build.build_model, as `switchyard build` does (--skip-build)
           ▼
-    S1, S3, S4      the live benchmarks (bench/), on stacks whose `serving.target` is trtllm
+    S1, S3, S4      `python -m bench gpu`, a process of its own from the source checkout:
+          │         the live benchmarks on stacks whose `serving.target` is trtllm
           ▼
     one table       each benchmark's headline figure against its target
                     -> bench/results/gpu_check.json; exit 0 when every target is met, else 1
+
+The benchmarks run as a process, not an import: the CLI imports no benchmark, so none ships in
+the wheel (pyproject.toml), and a checkout, where bench/ sits beside switchyard/, runs them.
 """
 
 from __future__ import annotations
@@ -21,29 +25,25 @@ import json
 import shutil
 import subprocess
 import sys
-import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
-from bench.common import write_result
-from bench.headlines import Headline, headlines
 from build_engines.trtllm_pin import KV_CACHE_CONFIG_KEYS, LLM_API_KEYS, SCHEDULER_CONFIG_KEYS, TRTLLM_VERSION
-from config.settings import ServingSpec, SwitchyardConfig
+from config.settings import SwitchyardConfig
 
-BENCHES = ["s1", "s3", "s4"]
-MODEL_ID = "small"  # the model and pool the live benchmarks serve (bench/__main__.py)
-RESULT_NAME = "gpu_check"
+MODEL_ID = "small"  # the model and pool the live benchmarks serve (bench/live_runs.py)
+# The source checkout this module sits in: `python -m bench` runs from its root.
+CHECKOUT = Path(__file__).resolve().parents[1]
 # Where NGC's Triton images install the server when it is not on PATH.
 TRITONSERVER_FALLBACKS = (Path("/opt/tritonserver/bin/tritonserver"),)
 # For each check's command; the slowest, `import tensorrt_llm`, loads CUDA and many libraries:
 # tens of seconds on a cold machine.
 COMMAND_TIMEOUT_S = 300.0
-GPU_STARTUP_S = 1800.0  # a server loading TensorRT-LLM gets this long before its start counts as failed
 
 Runner = Callable[[Sequence[str]], subprocess.CompletedProcess[str]]
 Which = Callable[[str], str | None]
+BenchRunner = Callable[[Sequence[str]], int]  # argv -> exit code, the output left to the console
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,16 +174,23 @@ def add_gpu_check_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser
     return check
 
 
-def trtllm_config(config: SwitchyardConfig, engine: Literal["llmapi", "legacy"]) -> SwitchyardConfig:
-    """`config` serving on TensorRT-LLM with `engine`, with time for TensorRT-LLM to load (CUDA
-    graphs, autotuning: minutes, not the CPU engine's seconds); the rest as configured."""
-    fleet = config.fleet.model_copy(update={"startup_timeout_s": max(config.fleet.startup_timeout_s, GPU_STARTUP_S)})
-    return config.model_copy(update={"serving": ServingSpec(target="trtllm", trtllm_engine=engine), "fleet": fleet})
+def run_in_checkout(argv: Sequence[str]) -> int:
+    """`argv` run from the checkout's root to its end, its output on this console: minutes of
+    benchmarks, so no timeout; the exit code."""
+    return subprocess.run(list(argv), cwd=CHECKOUT, check=False).returncode
 
 
-def gpu_check(config: SwitchyardConfig, args: argparse.Namespace) -> int:
-    """Run the check; 2 when a prerequisite or the `small` model and pool are missing, 1 when a
-    benchmark fails or misses its target, 0 when every target is met."""
+def bench_command(engine: str, config_path: Path | None, meta: dict[str, str]) -> list[str]:
+    """The benchmarks' command line: `python -m bench gpu` on `engine`, with the configuration
+    this command read and what the prerequisites found."""
+    argv = [sys.executable, "-m", "bench", "gpu", "--engine", engine, "--meta", json.dumps(meta)]
+    return argv if config_path is None else [*argv, "--config", str(config_path.resolve())]
+
+
+def gpu_check(config: SwitchyardConfig, args: argparse.Namespace, run_bench: BenchRunner = run_in_checkout) -> int:
+    """Run the check; 2 when a prerequisite, the `small` model and pool or the benchmarks (a
+    wheel without its checkout) are missing, 1 when a benchmark fails or misses its target, 0
+    when every target is met."""
     if MODEL_ID not in config.models or MODEL_ID not in config.pools:
         print(f"switchyard gpu-check: the benchmarks need a model and pool named {MODEL_ID!r}", file=sys.stderr)
         return 2
@@ -195,7 +202,10 @@ def gpu_check(config: SwitchyardConfig, args: argparse.Namespace) -> int:
         print(f"switchyard gpu-check: missing prerequisites: {', '.join(missing)}", file=sys.stderr)
         return 2
 
-    from bench.__main__ import run_live  # the live benchmarks' stacks; heavy, so only when run
+    if not (CHECKOUT / "bench" / "__main__.py").is_file():
+        print(f"switchyard gpu-check: no benchmarks beside {CHECKOUT / 'switchyard'}: run it from a source checkout",
+              file=sys.stderr)  # fmt: skip
+        return 2
     from build_engines.build import build_model
 
     model_dir = config.model_dir(MODEL_ID)
@@ -204,22 +214,5 @@ def gpu_check(config: SwitchyardConfig, args: argparse.Namespace) -> int:
     elif not (model_dir / "tokenizer.json").is_file():
         print(f"switchyard gpu-check: --skip-build, but {model_dir} holds no built model", file=sys.stderr)
         return 2
-    try:
-        results = run_live(BENCHES, base=trtllm_config(config, args.engine))
-    except Exception:  # a smoke check reports the failure whole, whatever raised it
-        traceback.print_exc()
-        print(f"switchyard gpu-check: the benchmarks failed on trtllm ({args.engine})", file=sys.stderr)
-        return 1
-    table = headlines(results)
-    meta = {p.name: p.detail for p in prerequisites} | {"serving": f"trtllm ({args.engine})"}
-    write_result(RESULT_NAME, [h.row() for h in table], meta)
-    return _verdict(table)
-
-
-def _verdict(table: list[Headline]) -> int:
-    """0 when every figure with a target meets it, else 1 (saying which missed)."""
-    missed = [f"{h.bench}: {h.figure}" for h in table if h.met is False]
-    if missed:
-        print(f"switchyard gpu-check: targets missed: {'; '.join(missed)}", file=sys.stderr)
-        return 1
-    return 0
+    meta = {p.name: p.detail for p in prerequisites}
+    return run_bench(bench_command(args.engine, args.config, meta))

@@ -18,11 +18,11 @@ from datetime import UTC, datetime, timedelta
 import redis
 import redis.asyncio
 
-from bench.table import text_table
 from config.redis_client import redis_client, sync_redis_client
 from config.settings import SwitchyardConfig
 from quota.keys import SyncKeyStore, UnknownTeam
 from quota.usage import UsageMeter, UsageRow, as_utc, sum_rows
+from report.text_table import text_table
 
 HASH_PREFIX_CHARS = 12
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")

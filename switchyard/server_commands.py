@@ -19,13 +19,13 @@ import httpx
 import redis
 import redis.asyncio
 
-from bench.table import text_table
 from config.redis_client import redis_client
 from config.settings import SwitchyardConfig
 from contracts.engine_metrics import EngineHealth, parse_engine_health
 from fleet_state.pool_targets import PoolTarget, PoolTargetStore
 from fleet_state.registry import ServerInfo, ServerRegistry
 from fleet_state.server_state import ServerState
+from report.text_table import text_table
 
 _HEAD = ("server", "pool", "state", "pid", "http", "grpc", "metrics", "kv used", "running", "waiting", "seen")
 

@@ -73,7 +73,7 @@ def add_sim_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
 
 def sim(config: SwitchyardConfig, args: argparse.Namespace) -> int:
     """Run the scenario under each policy, write the report; 2 for bad arguments."""
-    from bench.common import write_result
+    from report.result_files import write_result
     from simulator.cost_model import StepCostModel, load_profile
     from simulator.fluid_run import ProbeSettings
 
@@ -150,7 +150,7 @@ def sim(config: SwitchyardConfig, args: argparse.Namespace) -> int:
     if chosen.gpus == BRIEF_GPUS and chosen.hours >= 24 and not args.exact and set(policies) == set(POLICY_NAMES):
         write_result(f"sim_{chosen.name.replace('-', '_')}", rows, {**meta, "report": str(report)})
     else:
-        from bench.common import format_table
+        from report.result_files import format_table
 
         print(format_table(rows))
     print(f"report: {report}")

@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from bench.common import format_table
 from bench.headlines import Headline, Target, headlines
+from report.result_files import format_table
 
 S1: dict[str, object] = {
     "rows": [{"case": "idle server", "short_e2e_ms": 40.0}],

@@ -34,3 +34,14 @@ def test_the_gpu_image_serves_with_its_own_triton() -> None:
     text = (REPO / "deploy" / "docker" / "Dockerfile.gpu").read_text()
     assert re.search(r"^FROM nvcr\.io/nvidia/tritonserver:\$\{NGC_TAG\}-trtllm-python-py3$", text, re.MULTILINE)
     assert "SWITCHYARD_TRITON_ROOT=/opt/tritonserver" in text
+
+
+def test_the_gpu_image_carries_the_benchmarks_gpu_check_runs() -> None:
+    """`switchyard gpu-check` runs `python -m bench gpu` from the checkout its module sits in: in
+    the GPU image /app, on PYTHONPATH. The benchmarks and the fault harness their command line
+    imports are not in the wheel, so that image copies them (the CPU image needs neither)."""
+    text = (REPO / "deploy" / "docker" / "Dockerfile.gpu").read_text()
+    copied = set(re.findall(r"^COPY (\S+) \1$", text, flags=re.MULTILINE))
+    assert {"bench", "faults"} <= copied
+    assert re.search(r"^WORKDIR /app$", text, re.MULTILINE) and "PYTHONPATH=/app" in text
+    assert not {"bench", "faults"} & installed_packages()

@@ -1,8 +1,8 @@
 """A Redis primary cut off from its replica and the sentinels, while a client still reaches it
 (split brain), loses no write acknowledged through ReplicaAcks.
 
-    root namespace                              namespace B (the majority side)
-      redis primary  10.231.N.1  ◀──veth──▶  10.231.N.2  redis replica, 3 sentinels (quorum 2)
+    root namespace                                 namespace B (the majority side)
+      redis primary  10.231.N.1  ◀──bridge, veth──▶  10.231.N.10  redis replica, 3 sentinels (quorum 2)
       the client (a gateway on the primary's side)
 
 B's link is taken down (no RST): the sentinels call the primary down and promote the replica,
@@ -30,12 +30,11 @@ from redis.asyncio.sentinel import Sentinel
 
 from config.redis_errors import redis_unreachable, refused_for_replicas
 from config.replica_acks import ReplicaAcks
+from faults.netns_hosts import BridgedHost, NamespacesUnavailable, bridged_hosts, process_subnet
 from gateway.redis_retry import until_reachable
 from server_host.ports import free_ports
 from server_host.process import wait_until
 from stack.redis_sentinel import Placement, RedisReplicaSet, replica_in_sync
-
-from .network_hosts import Host, NamespacesUnavailable, network_hosts
 
 pytestmark = pytest.mark.integration
 
@@ -45,15 +44,16 @@ _RECORD = "redis.call('SADD', KEYS[1], ARGV[1]) return 1"
 
 
 @pytest.fixture
-def split(tmp_path: Path) -> Iterator[tuple[RedisReplicaSet, Host]]:
+def split(tmp_path: Path) -> Iterator[tuple[RedisReplicaSet, BridgedHost]]:
     try:
-        with network_hosts(1) as (host,):
+        with bridged_hosts(["majority"], subnet=process_subnet()) as net:
+            host, here = net["majority"], net.root_address
             ports = free_ports(5)
             there = Placement(host.address, tuple(host.command([])))
             replicas = RedisReplicaSet(
                 ports[:2], ports[2:], tmp_path / "redis", secrets_dir=tmp_path / "secrets",
-                down_after_ms=DOWN_AFTER_MS, failover_timeout_ms=4000, host=host.peer_address,
-                min_replicas_max_lag_s=MAX_LAG_S, nodes_at=[Placement(host.peer_address), there],
+                down_after_ms=DOWN_AFTER_MS, failover_timeout_ms=4000, host=here,
+                min_replicas_max_lag_s=MAX_LAG_S, nodes_at=[Placement(here), there],
                 sentinels_at=[there] * 3,
             )  # fmt: skip
             replicas.start()
@@ -97,7 +97,7 @@ async def _write_all(client: aioredis.Redis, stop: asyncio.Event, out: Outcomes)
         await asyncio.sleep(0.05)
 
 
-def test_a_partitioned_primary_loses_no_acknowledged_write(split: tuple[RedisReplicaSet, Host]) -> None:
+def test_a_partitioned_primary_loses_no_acknowledged_write(split: tuple[RedisReplicaSet, BridgedHost]) -> None:
     replicas, host = split
     old, new = replicas.nodes
     admin = old.secrets.redis_passwords["admin"]

@@ -2,11 +2,11 @@
 port dead): the gateway's keepalive PINGs notice within seconds, and the reply resumes on
 another server, token for token what an uninterrupted reply writes.
 
-    root namespace: FailoverBackend ──gRPC, keepalive──▶ 10.231.N.2  host a: switchyard triton
-                                    ──gRPC, keepalive──▶ 10.231.M.2  host b: switchyard triton
+    root namespace: FailoverBackend ──gRPC, keepalive──▶ 10.231.N.10 host a: switchyard triton
+                                    ──gRPC, keepalive──▶ 10.231.N.11 host b: switchyard triton
 
 Each server is the real `switchyard triton` process, in a network namespace of its own, bound
-to that host's address from `network.servers.bind_host` (tests/integration/network_hosts.py).
+to that host's address from `network.servers.bind_host` (faults/netns_hosts.py).
 Without keepalive the cut reply would wait for TCP's retransmissions to give up: ~15 minutes.
 """
 
@@ -25,11 +25,12 @@ from dataclasses import dataclass
 import httpx
 import pytest
 
-from bench.chaos_stack import tritonserver_of
 from build_engines.repository import fill_repository
 from config.network_settings import NetworkSpec, ServerAddresses
 from config.settings import SwitchyardConfig, dump_config
 from contracts.generation import BackendError, GenerationDelta, GenerationRequest, PoolReadiness
+from faults.chaos_stack import tritonserver_of
+from faults.netns_hosts import BridgedHost, NamespacesUnavailable, bridged_hosts, process_subnet
 from router.failover_backend import FailoverBackend
 from router.routing_setup import server_client
 from router.triton_backend import TritonBackend
@@ -38,7 +39,6 @@ from server_host.process import ManagedProcess, wait_until
 from stack.secret_files import ensure_secret_files
 
 from .conftest import MODEL_ID, POOL_ID, TinyModel
-from .network_hosts import Host, NamespacesUnavailable, network_hosts
 
 pytestmark = pytest.mark.integration
 
@@ -51,23 +51,23 @@ FLAP_S = 2.0  # the partitions bench's flap: down this long, then up this long
 
 @dataclass
 class ServerOnHost:
-    host: Host
+    host: BridgedHost
     process: ManagedProcess
     grpc_url: str
     http_url: str
 
 
 @pytest.fixture
-def hosts() -> Iterator[list[Host]]:
+def hosts() -> Iterator[list[BridgedHost]]:
     try:
-        with network_hosts(2) as made:
-            yield made
+        with bridged_hosts(["a", "b"], subnet=process_subnet()) as net:
+            yield list(net.hosts.values())
     except NamespacesUnavailable as exc:
         pytest.skip(f"no network namespaces here: {exc}")
 
 
 @pytest.fixture
-def servers(tiny_model: TinyModel, hosts: list[Host]) -> Iterator[dict[str, ServerOnHost]]:
+def servers(tiny_model: TinyModel, hosts: list[BridgedHost]) -> Iterator[dict[str, ServerOnHost]]:
     """`switchyard triton` on each host, bound to the host's address as its config says."""
     fill_repository(tiny_model.config, POOL_ID)
     ensure_secret_files(tiny_model.config.secrets_path)
@@ -93,7 +93,7 @@ def servers(tiny_model: TinyModel, hosts: list[Host]) -> Iterator[dict[str, Serv
             server.process.stop(timeout_s=20.0)
 
 
-def _on_host(config: SwitchyardConfig, host: Host) -> SwitchyardConfig:
+def _on_host(config: SwitchyardConfig, host: BridgedHost) -> SwitchyardConfig:
     network = NetworkSpec(servers=ServerAddresses(bind_host=host.address))
     return config.model_copy(update={"network": network})
 

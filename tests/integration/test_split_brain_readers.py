@@ -24,8 +24,8 @@ import pytest
 import redis
 import redis.sentinel
 
-from bench.netns_hosts import BridgedNetwork, NamespacesUnavailable, bridged_hosts
 from config.redis_client import redis_client, sync_redis_client
+from faults.netns_hosts import BridgedNetwork, NamespacesUnavailable, bridged_hosts, process_subnet
 from gateway.request_bus import CHANNEL, BusMessage, RequestBus
 from server_host.ports import free_ports
 from server_host.process import wait_until
@@ -35,7 +35,6 @@ from .replica_config import replica_set_config
 
 pytestmark = pytest.mark.integration
 
-SUBNET = "10.233.0"  # not the partitions bench's, which may run beside the suite
 DEADLINE_S = 60.0
 MOVED_WITHIN_S = 5.0  # after the promotion: primary_check_s (1 s) and a reconnect, on a loaded machine
 HELLO_WITHIN_S = 0.7  # a hello every 0.2 s (stack/redis_sentinel.PUBLISH_PERIOD_MS), on a loaded machine
@@ -44,7 +43,7 @@ HELLO_WITHIN_S = 0.7  # a hello every 0.2 s (stack/redis_sentinel.PUBLISH_PERIOD
 @pytest.fixture
 def split_set(tmp_path: Path) -> Iterator[tuple[RedisReplicaSet, BridgedNetwork]]:
     try:
-        with bridged_hosts(["redis0", "redis1", "redis2", "sentinels"], subnet=SUBNET) as net:
+        with bridged_hosts(["redis0", "redis1", "redis2", "sentinels"], subnet=process_subnet()) as net:
             ports = free_ports(6)
             at = {role: Placement(net[role].address, tuple(net[role].command([]))) for role in net.hosts}
             replicas = RedisReplicaSet(

@@ -11,17 +11,14 @@ import json
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import pytest
 
-import bench.__main__
-import bench.common
 from build_engines.trtllm_pin import KV_CACHE_CONFIG_KEYS, LLM_API_KEYS, SCHEDULER_CONFIG_KEYS, TRTLLM_VERSION
 from config.settings import SwitchyardConfig, load_config
 from switchyard.gpu_check import (
-    GPU_STARTUP_S,
     add_gpu_check_parser,
     check_gpus,
     check_llm_api_pin,
@@ -29,7 +26,7 @@ from switchyard.gpu_check import (
     check_tensorrt_llm,
     check_tritonserver,
     gpu_check,
-    trtllm_config,
+    run_in_checkout,
 )
 
 CONFIG = """
@@ -198,11 +195,12 @@ def test_gpu_check_with_every_prerequisite_stops_at_an_unbuilt_model(
     assert "holds no built model" in captured.err
 
 
-def test_gpu_check_runs_s1_s3_s4_on_trtllm_and_tables_their_figures(
-    config: SwitchyardConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+def test_gpu_check_runs_the_benchmarks_as_a_process_with_what_it_found(
+    config: SwitchyardConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Past the prerequisites, the benchmarks get `config` on trtllm; their live runs (minutes,
-    on an engine this machine lacks) are stood in for by results shaped as theirs."""
+    """Past the prerequisites, `python -m bench gpu` gets the engine, the configuration file and
+    what the checks found; its exit code is the check's. Its live runs (minutes, on an engine
+    this machine lacks) are stood in for (tests/bench/test_bench_gpu.py runs its half)."""
     bin_dir = tmp_path / "bin"
     executable(bin_dir / "nvidia-smi", f"echo '{H200}'")
     executable(bin_dir / "tritonserver", "exit 0")
@@ -212,45 +210,25 @@ def test_gpu_check_runs_s1_s3_s4_on_trtllm_and_tables_their_figures(
     monkeypatch.setenv("PYTHONPATH", str(site))
     (config.model_dir("small") / "tokenizer.json").parent.mkdir(parents=True)
     (config.model_dir("small") / "tokenizer.json").write_text("{}")
-    monkeypatch.setattr(bench.common, "RESULTS_DIR", tmp_path / "results")
-    runs: list[tuple[list[str], SwitchyardConfig | None]] = []
+    runs: list[list[str]] = []
 
-    def run_live(names: list[str], base: SwitchyardConfig | None = None) -> dict[str, dict[str, object]]:
-        runs.append((names, base))
-        return {
-            "s1": {"rows": [], "meta": {"ratio": 1.2, "target": 2.0}},
-            "s3": {
-                "rows": [{"prefill": "chunked", "ratio": 2.0}, {"prefill": "unchunked", "ratio": 40.0}],
-                "meta": {"target_ratio_chunked": 3.0},
-            },
-            "s4": {
-                "rows": [],
-                "meta": {
-                    "ttft_warm_over_cold": 0.5,  # misses <= 0.2
-                    "target_ttft_ratio": 0.2,
-                    "on_holder_share": 0.95,
-                    "target_share": 0.9,
-                    "random_on_holder_share": 0.3,
-                },
-            },
-        }
+    def run_bench(argv: Sequence[str]) -> int:
+        runs.append(list(argv))
+        return 1  # a target missed
 
-    monkeypatch.setattr(bench.__main__, "run_live", run_live)
-    assert gpu_check(config, argparse.Namespace(engine="legacy", skip_build=True)) == 1
-    ((names, base),) = runs
-    assert names == ["s1", "s3", "s4"]
-    assert base is not None and (base.serving.target, base.serving.trtllm_engine) == ("trtllm", "legacy")
-    written = json.loads((tmp_path / "results" / "gpu_check.json").read_text())
-    assert written["meta"]["tensorrt_llm"] == "version 1.0.0"
-    assert [(row["bench"], row["value"], row["met"]) for row in written["rows"]] == [
-        ("s1", 1.2, "yes"),
-        ("s3", 2.0, "yes"),
-        ("s3", 40.0, None),
-        ("s4", 0.5, "no"),
-        ("s4", 0.95, "yes"),
-        ("s4", 0.3, None),
-    ]
-    assert "targets missed: s4: TTFT p50" in capsys.readouterr().err
+    args = argparse.Namespace(engine="legacy", skip_build=True, config=tmp_path / "switchyard.yaml")
+    assert gpu_check(config, args, run_bench) == 1
+    (argv,) = runs
+    assert argv[:6] == [sys.executable, "-m", "bench", "gpu", "--engine", "legacy"]
+    assert argv[-2:] == ["--config", str(tmp_path / "switchyard.yaml")]
+    meta = json.loads(argv[argv.index("--meta") + 1])
+    assert (meta["nvidia-smi"], meta["tensorrt_llm"]) == (H200, "version 1.0.0")
+
+
+def test_the_benchmarks_run_from_the_checkout_though_not_installed() -> None:
+    """bench/ is left out of the wheel (pyproject.toml): the command gpu-check runs still finds
+    it, from the checkout's root (`CHECKOUT`), whatever the caller's working directory."""
+    assert run_in_checkout([sys.executable, "-m", "bench", "gpu", "--help"]) == 0
 
 
 def test_gpu_check_needs_the_small_pool(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -273,11 +251,3 @@ def test_parser_defaults_and_options() -> None:
     assert (given.engine, given.skip_build) == ("legacy", True)
     with pytest.raises(SystemExit):
         parse(["gpu-check", "--engine", "vllm"])
-
-
-def test_trtllm_config_changes_only_serving_and_the_startup_time(config: SwitchyardConfig) -> None:
-    changed = trtllm_config(config, "legacy")
-    assert (changed.serving.target, changed.serving.trtllm_engine) == ("trtllm", "legacy")
-    assert changed.fleet.startup_timeout_s == GPU_STARTUP_S > config.fleet.startup_timeout_s
-    assert config.serving.target == "cpu"
-    assert changed.model_dump(exclude={"serving", "fleet"}) == config.model_dump(exclude={"serving", "fleet"})

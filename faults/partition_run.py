@@ -3,15 +3,15 @@ batches over a stack laid across network namespaces, with links cut instead of p
 killed; then the chaos run's invariants from the recorded histories, plus: no call hung past
 its timeout, recovery per fault kind as clients saw it, and no acknowledged write lost.
 
-    hosts   nine namespaces on one bridge (bench.netns_hosts, 10.232.0.0/24): two gateway
+    hosts   nine namespaces on one bridge (faults.netns_hosts, 10.232.0.0/24): two gateway
             hosts, two server hosts (copy k of both pools on srv k+1, self-registered), a
             control host (the dispatcher), three Redis hosts (a primary and two replicas) and
-            a sentinel host (bench.partition_stack); the clients in the root namespace
-    load    per gateway, three teams' closed-loop clients (bench.chaos_load) and one long
+            a sentinel host (faults.partition_stack); the clients in the root namespace
+    load    per gateway, three teams' closed-loop clients (faults.chaos_load) and one long
             reply after another on each pool (every fault finds streams mid-reply); one batch
             per team, submitted through the gateways in turn; a write probe on gw1 counting the
-            durable writes it was told were done (bench.partition_probe)
-    faults  seeded rounds of every kind of bench.partition_faults, one every
+            durable writes it was told were done (faults.partition_probe)
+    faults  seeded rounds of every kind of faults.partition_faults, one every
             60 / --faults-per-minute seconds, each held --hold-s
     then    batches to a final status, the checks, the stack stopped, the namespaces removed
             (and checked gone); histories in var/partitions/history-<gateway>.jsonl, results
@@ -32,18 +32,18 @@ from datetime import UTC, datetime, timedelta
 
 import httpx
 
-from bench import chaos_aftermath, chaos_batches, chaos_invariants, partition_recovery
-from bench.bench_chaos import BATCH_GRACE_MIN, POOLS, TEAMS, chaos_config
-from bench.chaos_batches import ChaosBatch
-from bench.chaos_history import CallRecord, History, Outcome
-from bench.chaos_invariants import Check, Retry
-from bench.chaos_load import InteractiveLoad, LoadShape, TeamClient
-from bench.common import write_result
-from bench.netns_hosts import PREFIX, NamespacesUnavailable, bridged_hosts
-from bench.partition_faults import PartitionFaults
-from bench.partition_probe import ACKED_KEY
-from bench.partition_stack import GATEWAY_HOSTS, ROLES, PartitionStack
 from config.settings import SwitchyardConfig, load_config
+from faults import chaos_aftermath, chaos_batches, chaos_invariants, partition_recovery
+from faults.chaos_batches import ChaosBatch
+from faults.chaos_history import CallRecord, History, Outcome
+from faults.chaos_invariants import Check, Retry
+from faults.chaos_load import InteractiveLoad, LoadShape, TeamClient
+from faults.chaos_run import BATCH_GRACE_MIN, POOLS, TEAMS, chaos_config
+from faults.netns_hosts import PREFIX, NamespacesUnavailable, bridged_hosts
+from faults.partition_faults import PartitionFaults
+from faults.partition_probe import ACKED_KEY
+from faults.partition_stack import GATEWAY_HOSTS, ROLES, PartitionStack
+from report.result_files import write_result
 from server_host.process import wait_until
 
 NAME = "partitions"

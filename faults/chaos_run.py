@@ -5,14 +5,14 @@ check from the recorded history that nothing was lost, nothing ran twice and usa
             --large: the large one is too slow for this on two CPU cores), the dispatcher,
             the supervisor in a process of its own, Redis with its append-only file: a
             primary, a replica and three sentinels (--single-redis: one redis-server)
-    load    three teams, one closed-loop client each (bench.chaos_load: streamed, whole,
+    load    three teams, one closed-loop client each (faults.chaos_load: streamed, whole,
             request_ids with repeats, cancels, hang-ups, OpenAI SDK calls), and one batch
             per team (--batch-entries lines each, 21,000 in all by default, greedy,
             --batch-max-tokens, a deadline of the run's length + BATCH_GRACE_MIN: what has not
             run by then expires)
-    faults  seeded (--seed): every kind of bench.chaos_faults in rounds, one every
+    faults  seeded (--seed): every kind of faults.chaos_faults in rounds, one every
             60 / --faults-per-minute seconds (--faults: only the kinds named)
-    then    batches to a final status, the invariants (bench.chaos_invariants) one by one,
+    then    batches to a final status, the invariants (faults.chaos_invariants) one by one,
             the stack stopped and checked for leftovers; history in var/chaos/history.jsonl,
             results in bench/results/chaos.json
 
@@ -30,17 +30,17 @@ from datetime import UTC, datetime, timedelta
 
 import httpx
 
-from bench import chaos_aftermath, chaos_batches, chaos_invariants
-from bench.chaos_batches import ChaosBatch
-from bench.chaos_faults import FaultInjector
-from bench.chaos_history import History, Outcome
-from bench.chaos_invariants import Check, Retry
-from bench.chaos_load import InteractiveLoad, LoadShape, TeamClient
-from bench.chaos_stack import ChaosStack, with_replica_set
-from bench.common import write_result
-from bench.live import bench_config, with_copies
 from config.settings import SwitchyardConfig, load_config
+from faults import chaos_aftermath, chaos_batches, chaos_invariants
+from faults.chaos_batches import ChaosBatch
+from faults.chaos_faults import FaultInjector
+from faults.chaos_history import History, Outcome
+from faults.chaos_invariants import Check, Retry
+from faults.chaos_load import InteractiveLoad, LoadShape, TeamClient
+from faults.chaos_stack import ChaosStack, with_replica_set
 from quota.keys import SyncKeyStore
+from report.result_files import write_result
+from stack.measured_stack import measured_config, with_copies
 
 NAME = "chaos"
 TEAMS = ("alpha", "beta", "gamma")
@@ -55,7 +55,7 @@ def chaos_config(base: SwitchyardConfig, large: bool) -> SwitchyardConfig:
     engine = base.pools["small"].engine
     large_engine = base.pools["large"].engine if large and "large" in base.pools else engine
     pools = {POOLS[0]: ("small", engine), POOLS[1]: ("large" if large else "small", large_engine)}
-    config = bench_config(base, pools, dict.fromkeys(TEAMS, 1.0))
+    config = measured_config(base, pools, dict.fromkeys(TEAMS, 1.0))
     for pool_id in POOLS:
         config = with_copies(config, pool_id, 2)
     bulk = config.bulk.model_copy(update={"team_storage_bytes": STORAGE_BYTES})

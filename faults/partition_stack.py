@@ -1,20 +1,20 @@
-"""The partition run's stack: every part on a host of its own (bench.netns_hosts), each binding
+"""The partition run's stack: every part on a host of its own (faults.netns_hosts), each binding
 and advertising its host's address.
 
     host       runs                                              binds / registers
     gw1, gw2   a gateway (one worker each); gw1 also the         gateway.host (SWITCHYARD_HOST)
-               write probe (bench.partition_probe)
+               write probe (faults.partition_probe)
     srv1       copy 0 of each pool, srv2 copy 1: `switchyard     network.servers.bind_host,
                triton --register-host`, each registering and     --register-host: the host's
                heartbeating itself (as a pod per server does)    address
     ctl        the bulk dispatcher (submits through gw1)          nothing
     redis0-2   the replica set's nodes (redis0 starts primary)   the host's address
     sentinels  three sentinels (quorum 2)                        the host's address
-    (root)     the bench's clients, over the bridge
+    (root)     the run's clients, over the bridge
 
 Servers register themselves rather than run under a supervisor: a supervisor launches local
 processes, so one supervisor could not place servers on two hosts, and one per server host
-would need pools of its own. The bench is their process manager (as Kubernetes is): a server
+would need pools of its own. The run is their process manager (as Kubernetes is): a server
 process that exits (fenced, or crashed) is started again by `revive`.
 """
 
@@ -28,12 +28,12 @@ from pathlib import Path
 import httpx
 import redis
 
-from bench.netns_hosts import BridgedHost, BridgedNetwork
 from build_engines.repository import fill_repository
 from config.network_settings import NetworkSpec, ServerAddresses
 from config.redis_client import sync_redis_client
 from config.redis_settings import RedisSpec
 from config.settings import SwitchyardConfig, dump_config
+from faults.netns_hosts import BridgedHost, BridgedNetwork
 from fleet_state.registry import server_key
 from quota.key_files import ensure_admin_key, ensure_team_keys
 from quota.keys import SyncKeyStore
@@ -48,7 +48,7 @@ CONTROL_HOST = "ctl"
 REDIS_HOSTS = ("redis0", "redis1", "redis2")
 SENTINEL_HOST = "sentinels"
 ROLES = (*GATEWAY_HOSTS, *SERVER_HOSTS, CONTROL_HOST, *REDIS_HOSTS, SENTINEL_HOST)
-DOWN_AFTER_MS = 5000  # as the chaos run (bench.chaos_stack)
+DOWN_AFTER_MS = 5000  # as the chaos run (faults.chaos_stack)
 FAILOVER_TIMEOUT_MS = 10000
 
 
@@ -172,7 +172,7 @@ class PartitionStack:
             return ManagedProcess("dispatcher", argv, logs / "dispatcher.log", env)
         if name == "probe":
             env.update(SWITCHYARD_CONFIG=self._config_file("probe", config))
-            argv = self.net[GATEWAY_HOSTS[0]].command([python, "-m", "bench.partition_probe", str(self.probe_path())])
+            argv = self.net[GATEWAY_HOSTS[0]].command([python, "-m", "faults.partition_probe", str(self.probe_path())])
             return ManagedProcess("write probe", argv, logs / "probe.log", env)
         pool, copy = name.rsplit("-", 1)
         host = self.net[SERVER_HOSTS[int(copy)]]

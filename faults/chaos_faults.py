@@ -6,8 +6,8 @@ history with its time and target.
     kill-engine-stub    SIGKILL the Python stub that runs a server's engine (`llm`'s own, or
                         `cpu_engine`'s when it is a model of its own)
     kill-gateway-worker SIGKILL one uvicorn worker (uvicorn starts another)
-    kill-dispatcher     SIGKILL the bulk dispatcher; the bench starts it again
-    kill-supervisor     SIGKILL the supervisor; the bench starts it again (the servers live on)
+    kill-dispatcher     SIGKILL the bulk dispatcher; the run starts it again
+    kill-supervisor     SIGKILL the supervisor; the run starts it again (the servers live on)
     restart-redis       stop redis-server (the primary) and start it again on its append-only file
     failover-redis      SIGKILL the Redis primary: the sentinels promote the replica; the old
                         primary comes back as a replica (sentinel mode only)
@@ -26,8 +26,8 @@ import signal
 
 import httpx
 
-from bench.chaos_history import History
-from bench.chaos_stack import ChaosStack, children, engine_stub_of, tritonserver_of
+from faults.chaos_history import History
+from faults.chaos_stack import ChaosStack, children, engine_stub_of, tritonserver_of
 
 KINDS = (
     "kill-tritonserver",

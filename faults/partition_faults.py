@@ -21,8 +21,8 @@ import random
 import time
 from dataclasses import dataclass
 
-from bench.chaos_history import History
-from bench.partition_stack import (
+from faults.chaos_history import History
+from faults.partition_stack import (
     CONTROL_HOST,
     GATEWAY_HOSTS,
     REDIS_HOSTS,
@@ -107,9 +107,9 @@ class PartitionFaults:
         return window
 
     def _link(self, role: str) -> str:
-        self._net.cut_link(role)
+        self._net[role].cut()
         time.sleep(self._hold_s)
-        self._net.restore_link(role)
+        self._net[role].restore()
         return f"link down {self._hold_s:.0f} s"
 
     def _gateway_redis(self, role: str) -> str:
@@ -144,9 +144,9 @@ class PartitionFaults:
     def _flap(self, role: str) -> str:
         flips, deadline = 0, time.monotonic() + self._hold_s
         while time.monotonic() < deadline:
-            self._net.cut_link(role)
+            self._net[role].cut()
             time.sleep(FLAP_PERIOD_S)
-            self._net.restore_link(role)
+            self._net[role].restore()
             time.sleep(FLAP_PERIOD_S)
             flips += 1
         return f"down/up every {FLAP_PERIOD_S:.0f} s, {flips} times"

@@ -1,10 +1,10 @@
-"""What clients saw of each partition fault (bench/partition_recovery.py), on hand-made histories."""
+"""What clients saw of each partition fault (faults/partition_recovery.py), on hand-made histories."""
 
 from __future__ import annotations
 
-from bench.chaos_history import CallRecord, Outcome
-from bench.partition_faults import FaultWindow
-from bench.partition_recovery import fault_rows, no_call_hangs
+from faults.chaos_history import CallRecord, Outcome
+from faults.partition_faults import FaultWindow
+from faults.partition_recovery import fault_rows, no_call_hangs
 
 
 def _call(

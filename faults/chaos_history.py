@@ -1,6 +1,6 @@
 """The chaos run's recorded history (Jepsen-style): every client call from its start to its
 end with each event it saw, and every fault with its time, kept in memory while the run goes
-and written as JSON lines afterwards; the invariants (`bench.chaos_invariants`) read only this
+and written as JSON lines afterwards; the invariants (`faults.chaos_invariants`) read only this
 and what the stack reports once the run is over.
 
     {"type": "call", "call_id": 7, "team": "alpha", "kind": "stream-id", "request_id": "c7",

@@ -1,5 +1,5 @@
 """The chaos run's stack: `stack.local_stack.Stack` with the supervisor in a process of its own
-(`python -m bench.chaos_supervisor`), so it can be SIGKILLed like any other part, and the bench
+(`python -m faults.chaos_supervisor`), so it can be SIGKILLed like any other part, and the run
 as the process manager of the parts it kills (a Kubernetes-like restart after each kill):
 
     tritonserver, engine stub   the supervisor relaunches the server (supervisor/supervisor.py)
@@ -34,7 +34,7 @@ from stack.local_stack import Stack
 from stack.redis_sentinel import RedisReplicaSet
 from stack.redis_server import RedisServer
 
-SUPERVISOR_MODULE = "bench.chaos_supervisor"
+SUPERVISOR_MODULE = "faults.chaos_supervisor"
 # The sentinels call a primary down after this long without an answer: Redis's example 5 s.
 # At 1 s a promoted replica, busy on this loaded two-core machine, was called down in turn
 # and failed over again within two seconds.
@@ -60,7 +60,7 @@ def with_replica_set(config: SwitchyardConfig) -> tuple[SwitchyardConfig, RedisR
 
 
 class ChaosStack(Stack):
-    """A `Stack` whose supervisor is a process the bench can kill and start again; with
+    """A `Stack` whose supervisor is a process the run can kill and start again; with
     `replicas`, its Redis is that primary, replica and sentinels instead of one redis-server."""
 
     supervisor_process: ManagedProcess | None = None

@@ -1,5 +1,9 @@
-"""Shared output for benchmarks: every benchmark prints a table and writes one JSON file,
-`bench/results/<name>.json`, holding `{"name": ..., "meta": {...}, "rows": [{...}, ...]}`."""
+"""Result files: every benchmark (and the fault harness, the simulator's record runs and
+`switchyard gpu-check`) prints a table and writes one JSON file, `bench/results/<name>.json`,
+holding `{"name": ..., "meta": {...}, "rows": [{...}, ...]}`.
+
+The folder is the repository's `bench/results/`, where the runs of record are kept beside the
+benchmarks that made them."""
 
 from __future__ import annotations
 
@@ -7,13 +11,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bench.table import text_table
+from report.text_table import text_table
 
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
+RESULTS_DIR = Path(__file__).resolve().parents[1] / "bench" / "results"
 
 
 def format_table(rows: list[dict[str, Any]]) -> str:
-    """Result rows as a `bench.table` text table: columns in first-seen order, every cell
+    """Result rows as a `report.text_table` text table: columns in first-seen order, every cell
     right-aligned, floats to 3 significant digits, None blank."""
     columns: list[str] = []
     for row in rows:

@@ -1,14 +1,15 @@
-"""Hosts on one switch for the partition run: Linux network namespaces bridged in the root one.
+"""Hosts on one switch: Linux network namespaces bridged in the root one. The partition run's
+nine hosts, and the integration tests' hosts of their own (a Redis replica's, a server's).
 
-    root namespace: bridge syp<pid>br 10.232.0.1/24 (the bench's clients live here)
+    root namespace: bridge syp<pid>br 10.232.0.1/24 (the run's clients live here: `root_address`)
         ├─veth─ syp<pid>a  10.232.0.10   (host "gw1")
         ├─veth─ syp<pid>b  10.232.0.11   (host "gw2")
         └─ ...  one namespace per host, each with lo up and one leg on the bridge
 
 Two ways to cut, neither sends a FIN or an RST:
 
-    cut_link(host)          the host's leg down: it reaches nothing and nothing reaches it
-                            (a host powered off, its switch port dead)
+    host.cut()              the host's leg down: it reaches nothing and nothing reaches it
+                            (a host powered off, its switch port dead); `host.restore()`
     cut_between(as_, bs)    a blackhole route for each other side in every namespace of both
                             sides (a partition between two groups of hosts, the rest of the
                             switch still working). No packet filter exists here (no nft,
@@ -17,8 +18,10 @@ Two ways to cut, neither sends a FIN or an RST:
                             partition, but a new connect() fails at once (EINVAL) instead of
                             timing out.
 
-Everything is removed when `bridged_hosts` ends, however it ends; namespaces and bridges an
-earlier run left behind (its process gone) are removed at the next start, by this module's
+Each run of hosts takes a /24 of its own (`subnet`): the partition run 10.232.0, a test one
+`process_subnet()` picks by its process id, so runs side by side on one machine do not share a
+route. Everything is removed when `bridged_hosts` ends, however it ends; namespaces and bridges
+an earlier run left behind (its process gone) are removed at the next start, by this module's
 name prefix only. Needs root and `ip netns`: raises `NamespacesUnavailable` otherwise.
 """
 
@@ -34,8 +37,9 @@ from dataclasses import dataclass, field
 
 PREFIX = "syp"  # every namespace, veth and bridge made here starts with it (15-character names)
 _NAME = re.compile(rf"^{PREFIX}(\d+)(br|[a-z])")
-SUBNET = "10.232.0"  # a private test range (/24): the bridge .1, host k .10+k
+SUBNET = "10.232.0"  # the partition run's private range (/24): the bridge .1, host k .10+k
 FIRST_HOST = 10
+TEST_RANGE = "10.231"  # the tests' /24s: 10.231.1.0 to 10.231.250.0, one by process id
 
 
 class NamespacesUnavailable(RuntimeError):
@@ -47,6 +51,12 @@ def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     if check and done.returncode != 0:
         raise NamespacesUnavailable(f"`ip {' '.join(args)}` failed: {done.stderr.strip()}")
     return done
+
+
+def process_subnet(range16: str = TEST_RANGE) -> str:
+    """A /24 of `range16`.0.0/16 picked by this process's id (its first three octets), for a test
+    whose run may share the machine with another's."""
+    return f"{range16}.{os.getpid() % 250 + 1}"
 
 
 @dataclass(frozen=True)
@@ -62,26 +72,26 @@ class BridgedHost:
         """`argv` run on this host (in its namespace)."""
         return ["ip", "netns", "exec", self.name, *argv]
 
+    def cut(self) -> None:
+        """The host's link down: silence both ways, no FIN, no RST."""
+        _ip("netns", "exec", self.name, "ip", "link", "set", self.link, "down")
+
+    def restore(self) -> None:
+        """The host's link up again."""
+        _ip("netns", "exec", self.name, "ip", "link", "set", self.link, "up")
+
 
 @dataclass
 class BridgedNetwork:
     """The hosts of one run, by role, and the cuts made between them."""
 
     bridge: str
-    gateway_address: str  # the root namespace's address on the bridge
+    root_address: str  # the root namespace's address on the bridge: where a host reaches it
     hosts: dict[str, BridgedHost]
     _blackholes: set[tuple[str, str]] = field(default_factory=set)  # (namespace, address)
 
     def __getitem__(self, role: str) -> BridgedHost:
         return self.hosts[role]
-
-    def cut_link(self, role: str) -> None:
-        host = self.hosts[role]
-        _ip("netns", "exec", host.name, "ip", "link", "set", host.link, "down")
-
-    def restore_link(self, role: str) -> None:
-        host = self.hosts[role]
-        _ip("netns", "exec", host.name, "ip", "link", "set", host.link, "up")
 
     def cut_between(self, side_a: Iterable[str], side_b: Iterable[str]) -> None:
         """No packet between any host of `side_a` and any of `side_b`, both ways."""
@@ -104,7 +114,8 @@ class BridgedNetwork:
             _ip("netns", "exec", namespace, "ip", "route", "del", "blackhole", f"{address}/32", check=False)
         self._blackholes.clear()
         for host in self.hosts.values():
-            _ip("netns", "exec", host.name, "ip", "link", "set", host.link, "up", check=False)
+            with contextlib.suppress(NamespacesUnavailable):  # the others come up all the same
+                host.restore()
 
     def _pairs(self, side_a: Iterable[str], side_b: Iterable[str]) -> list[tuple[BridgedHost, BridgedHost]]:
         return [(self.hosts[a], self.hosts[b]) for a in side_a for b in side_b if a != b]

@@ -28,9 +28,9 @@ import itertools
 import statistics
 from collections.abc import Iterable, Mapping
 
-from bench.chaos_history import CallRecord, Outcome
-from bench.chaos_invariants import Check
-from bench.partition_faults import FaultWindow
+from faults.chaos_history import CallRecord, Outcome
+from faults.chaos_invariants import Check
+from faults.partition_faults import FaultWindow
 
 HEAL_WINDOW_S = 10.0
 OUTAGE_GAP_S = 3.0  # client errors further apart than this are not one outage

@@ -1,5 +1,5 @@
-"""`python -m bench.chaos_supervisor`: the supervisor as a process of its own, for the chaos
-run (`bench.chaos_stack`), with the configuration in `SWITCHYARD_CONFIG`.
+"""`python -m faults.chaos_supervisor`: the supervisor as a process of its own, for the chaos
+run (`faults.chaos_stack`), with the configuration in `SWITCHYARD_CONFIG`.
 
 Each pool runs under a target of its `target_copies`, so a drained copy is replaced, as a
 Deployment replaces a pod; SIGTERM or SIGINT stops the servers and exits."""

@@ -1,11 +1,11 @@
-"""The bench's stacks stream as the configuration's own pools do."""
+"""A measurement's stacks (`stack.measured_stack`) stream as the configuration's own pools do."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from bench.live import bench_config
 from config.settings import EngineSpec, PoolSpec, load_config
+from stack.measured_stack import measured_config
 
 CONFIG = """
 models:
@@ -24,7 +24,7 @@ def test_a_bench_pool_paces_its_stream_as_the_pool_of_its_model(tmp_path: Path) 
     path = tmp_path / "switchyard.yaml"
     path.write_text(CONFIG)
     base = load_config(path)
-    config = bench_config(
+    config = measured_config(
         base, {"bench-small": ("small", EngineSpec()), "bench-large": ("large", EngineSpec())}, {"bench": 1.0}
     )
     small, large = config.pools["bench-small"], config.pools["bench-large"]

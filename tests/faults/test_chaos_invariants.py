@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bench.chaos_history import History, Outcome, retryable_error
-from bench.chaos_invariants import (
+from faults.chaos_history import History, Outcome, retryable_error
+from faults.chaos_invariants import (
     Generation,
     Retry,
     batch_entries_end_once,

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import httpx
 import openai
 
-from bench.chaos_history import CallRecord, History, Outcome, retryable_error
+from faults.chaos_history import CallRecord, History, Outcome, retryable_error
 
 KINDS = ("stream", "whole", "stream-id", "cancel", "disconnect", "openai")
 LONG_TOKENS = 240
@@ -77,7 +77,7 @@ class InteractiveLoad:
                 call = self._history.start_call(team.team, "long", body)
                 try:
                     await self.stream(http, team.headers, body, call)
-                except Exception as exc:  # a bench bug must not stop the load: it shows in the history
+                except Exception as exc:  # a harness bug must not stop the load: it shows in the history
                     self._history.end_call(call, Outcome.ERROR, error=f"client bug: {exc!r}")
                 if call.outcome is not Outcome.OK:
                     # A refused or failed reply is tried again after a pause, as a client that
@@ -111,7 +111,7 @@ class InteractiveLoad:
                 body["request_id"] = f"{team.team}-{self._seed}-{n}"
             try:
                 await self._call(http, sdk, team, kind, body, rng)
-            except Exception as exc:  # a bench bug must not stop the load: it shows in the history
+            except Exception as exc:  # a harness bug must not stop the load: it shows in the history
                 call = self._history.start_call(team.team, kind, body, billed=False)
                 self._history.end_call(call, Outcome.ERROR, error=f"client bug: {exc!r}")
             await asyncio.sleep(self._shape.think_s * rng.uniform(0.5, 1.5))

@@ -1,4 +1,4 @@
-"""`python -m bench.partition_probe OUT`: acknowledged writes, counted (the partition run).
+"""`python -m faults.partition_probe OUT`: acknowledged writes, counted (the partition run).
 
 Run on a gateway's host, as the gateway writes its claims, final records and usage: one
 durable write every PERIOD_S through `ReplicaAcks` (the script, then WAIT for the replicas
@@ -6,7 +6,7 @@ durable write every PERIOD_S through `ReplicaAcks` (the script, then WAIT for th
 client does. Each write the client was told is done is appended to OUT (one id a line,
 flushed) before the next starts; refusals (NotReplicated, NOREPLICAS, READONLY, a timeout)
 are not. After the run every id in OUT must be on the final primary: the acknowledged writes
-a partition lost are the ones missing (bench.bench_partitions).
+a partition lost are the ones missing (faults.partition_run).
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
-"""`bench.table.text_table`: the table of the CLI and the benchmarks, character for character."""
+"""`report.text_table.text_table`: the table of the CLI and the benchmarks, character for character."""
 
 from __future__ import annotations
 
-from bench.common import format_table
-from bench.table import text_table
+from report.result_files import format_table
+from report.text_table import text_table
 
 
 def test_numbers_sit_right_and_text_left() -> None:

@@ -6,9 +6,9 @@
     alpha             0123ab  file
 
 Headings and a rule of dashes, then the rows; each column as wide as its widest cell, two
-spaces between columns, no trailing spaces. It lives in `bench` because the benchmarks print
-tables and may not import the CLI above them (`switchyard` is the top layer), while the CLI
-may import `bench`. Nothing below `bench` prints a table for a person, so no lower layer needs it.
+spaces between columns, no trailing spaces. It lives in `report`, below everything, because
+the CLI (`switchyard quota`, `switchyard servers`) and the benchmarks both print tables and
+neither may import the other: the CLI is the top layer, and no benchmark ships with it.
 """
 
 from __future__ import annotations

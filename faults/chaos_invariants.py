@@ -25,7 +25,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from bench.chaos_history import CallRecord, Outcome
+from faults.chaos_history import CallRecord, Outcome
 
 
 @dataclass(frozen=True, slots=True)
