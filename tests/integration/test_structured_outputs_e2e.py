@@ -34,6 +34,7 @@ TOOL: Any = {
     },
 }
 MESSAGES: Any = [{"role": "user", "content": "The quick brown fox"}]
+GREEDY = 0.0  # these compare two reads of one reply: greedy (the OpenAI routes sample by default)
 
 
 def _client(live_gateway: Any) -> openai.OpenAI:
@@ -45,7 +46,7 @@ def test_a_json_schema_reply_validates_with_logprobs(live_gateway, triton_pool) 
     response_format: Any = {"type": "json_schema", "json_schema": {"name": "r", "schema": SCHEMA, "strict": True}}
     whole = client.chat.completions.create(
         model=triton_pool.model_id, messages=MESSAGES, max_tokens=60, response_format=response_format,
-        logprobs=True, top_logprobs=3,
+        logprobs=True, top_logprobs=3, temperature=GREEDY,
     )  # fmt: skip
     choice = whole.choices[0]
     assert choice.finish_reason == "stop"
@@ -61,7 +62,7 @@ def test_a_json_schema_reply_validates_with_logprobs(live_gateway, triton_pool) 
     chunks = list(
         client.chat.completions.create(
             model=triton_pool.model_id, messages=MESSAGES, max_tokens=60, response_format=response_format,
-            logprobs=True, top_logprobs=3, stream=True,
+            logprobs=True, top_logprobs=3, stream=True, temperature=GREEDY,
         )
     )  # fmt: skip
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
@@ -81,8 +82,9 @@ def test_a_json_schema_reply_validates_with_logprobs(live_gateway, triton_pool) 
 def test_a_required_tool_call_comes_back_in_openais_shape(live_gateway, triton_pool) -> None:  # type: ignore[no-untyped-def]
     client = _client(live_gateway)
     whole = client.chat.completions.create(
-        model=triton_pool.model_id, messages=MESSAGES, max_tokens=80, tools=[TOOL], tool_choice="required"
-    )
+        model=triton_pool.model_id, messages=MESSAGES, max_tokens=80, tools=[TOOL], tool_choice="required",
+        temperature=GREEDY,
+    )  # fmt: skip
     choice = whole.choices[0]
     assert choice.finish_reason == "tool_calls" and choice.message.content is None
     (call,) = choice.message.tool_calls or []
@@ -90,8 +92,9 @@ def test_a_required_tool_call_comes_back_in_openais_shape(live_gateway, triton_p
     arguments = json.loads(call.function.arguments)
     assert set(arguments) == {"q"} and isinstance(arguments["q"], str) and len(arguments["q"]) <= 12
     with client.chat.completions.stream(
-        model=triton_pool.model_id, messages=MESSAGES, max_tokens=80, tools=[TOOL], tool_choice="required"
-    ) as stream:
+        model=triton_pool.model_id, messages=MESSAGES, max_tokens=80, tools=[TOOL], tool_choice="required",
+        temperature=GREEDY,
+    ) as stream:  # fmt: skip
         final = stream.get_final_completion()
     (streamed,) = final.choices[0].message.tool_calls or []
     assert final.choices[0].finish_reason == "tool_calls"
