@@ -26,16 +26,15 @@ import argparse
 import asyncio
 import statistics
 import time
-from datetime import UTC, datetime, timedelta
 
 import httpx
 
 from config.settings import SwitchyardConfig, load_config
-from faults import chaos_aftermath, chaos_batches, chaos_invariants
+from faults import after_load, chaos_aftermath, chaos_batches, chaos_invariants
 from faults.chaos_batches import ChaosBatch
 from faults.chaos_faults import FaultInjector
 from faults.chaos_history import History, Outcome
-from faults.chaos_invariants import Check, Retry
+from faults.chaos_invariants import Check
 from faults.chaos_load import InteractiveLoad, LoadShape, TeamClient
 from faults.chaos_stack import ChaosStack, with_replica_set
 from quota.keys import SyncKeyStore
@@ -136,32 +135,16 @@ async def _checks(
     async with httpx.AsyncClient(base_url=stack.gateway_url, timeout=120) as client:
         await chaos_batches.wait(client, batches, (args.minutes + BATCH_GRACE_MIN) * 60 + 90)
         history.marks["batches_final_s"] = round(history.now(), 1)
-        for batch in batches:
-            await chaos_batches.collect(client, batch)
-        outcomes = {cid: ends for b in batches for cid, ends in b.outcomes.items()}
-        checks.append(chaos_invariants.batch_entries_end_once([c for b in batches for c in b.lines], outcomes))
-        checks.append(chaos_invariants.nothing_left(
-            "no batch left in a non-final state", len(batches),
-            [f"{b.batch_id} ({b.team}): {b.status}" for b in batches if b.status not in chaos_batches.FINAL_STATUSES],
-        ))  # fmt: skip
+        checks += await after_load.batch_checks(client, batches)
         await asyncio.to_thread(_wait, stack.all_ready, SETTLE_TIMEOUT_S, "every server ready")
-        metered = await _metered(stack)
+        async with stack.admin_client() as admin_api:
+            metered = await after_load.metered_usage(admin_api)
         assert stack.gateway is not None
         log_lines = stack.gateway.log_text().splitlines()  # this run's lines of both workers
-        generations = chaos_invariants.generations_in_log(log_lines)
-        sent = {g.request_id: g.completion_tokens for g in generations}
-        received = chaos_invariants.received_by_team(history.calls, sent)
-        checks.append(chaos_invariants.usage_matches(received, metered))
-        caller_ids = {(c.team, c.request_id) for c in history.calls if c.request_id is not None}
-        checks.append(chaos_invariants.ids_generate_once(generations, caller_ids))
-        retries = await _retries(client, teams, history)
-        checks.append(chaos_invariants.retries_generate_once(retries))
-        rerun, mismatches = 0, list[str]()
-        for i, batch in enumerate(batches):
-            count, found = await chaos_batches.rerun(client, batch, args.rerun_sample, args.seed + i)
-            rerun, mismatches = rerun + count, mismatches + found
+        checks += after_load.generation_checks(log_lines, history.calls, metered)
+        checks.append(await after_load.retry_check(client, teams, history.calls))
+        checks.append(await after_load.rerun_check(client, batches, args.rerun_sample, args.seed))
         history.marks["reruns_done_s"] = round(history.now(), 1)
-        checks.append(chaos_invariants.batch_results_greedy(rerun, mismatches))
     admin = stack.redis_admin(socket_timeout=5.0)
     _wait(lambda: not chaos_aftermath.leases_left(admin), config.quota.lease_ttl_s + 30, "leases to go")
     checks.append(chaos_invariants.nothing_left("no lease left", 1, chaos_aftermath.leases_left(admin)))
@@ -171,31 +154,6 @@ async def _checks(
     held = chaos_aftermath.kv_held(urls)
     checks.append(chaos_invariants.nothing_left("KV back to 0 on every server", len(urls), held))
     return checks
-
-
-async def _metered(stack: ChaosStack) -> dict[str, int]:
-    """Interactive completion tokens per team, from GET /v1/usage (the admin sees all)."""
-    client = stack.admin_client()
-    try:
-        start = (datetime.now(UTC) - timedelta(days=1)).isoformat()
-        reply = (await client.get("/v1/usage", params={"start": start})).raise_for_status().json()
-    finally:
-        await client.aclose()
-    totals: dict[str, int] = {}
-    for row in reply["data"]:
-        if row["class"] == "interactive":
-            totals[row["team"]] = totals.get(row["team"], 0) + int(row["completion_tokens"])
-    return totals
-
-
-async def _retries(client: httpx.AsyncClient, teams: dict[str, dict[str, str]], history: History) -> list[Retry]:
-    """Every id'd call that ended in an error, sent again whole with its id and body."""
-    retries = []
-    failed = [c for c in history.calls if c.request_id is not None and c.outcome is Outcome.ERROR]
-    for call in failed:
-        reply = await client.post("/v1/generate", headers=teams[call.team], json=call.body)
-        retries.append(Retry(call.request_id or "", reply.status_code, reply.text[:200]))
-    return retries
 
 
 def _fault_rows(history: History) -> list[dict[str, object]]:

@@ -28,15 +28,14 @@ import contextlib
 import subprocess
 import time
 from dataclasses import asdict
-from datetime import UTC, datetime, timedelta
 
 import httpx
 
 from config.settings import SwitchyardConfig, load_config
-from faults import chaos_aftermath, chaos_batches, chaos_invariants, partition_recovery
+from faults import after_load, chaos_aftermath, chaos_batches, chaos_invariants, partition_recovery
 from faults.chaos_batches import ChaosBatch
 from faults.chaos_history import CallRecord, History, Outcome
-from faults.chaos_invariants import Check, Retry
+from faults.chaos_invariants import Check
 from faults.chaos_load import InteractiveLoad, LoadShape, TeamClient
 from faults.chaos_run import BATCH_GRACE_MIN, POOLS, TEAMS, chaos_config
 from faults.netns_hosts import PREFIX, NamespacesUnavailable, bridged_hosts
@@ -102,31 +101,13 @@ async def _checks(
     only = [batch for _, batch in batches]
     async with httpx.AsyncClient(base_url=stack.gateway_url(GATEWAY_HOSTS[1]), timeout=120) as client:
         await chaos_batches.wait(client, only, (args.minutes + BATCH_GRACE_MIN) * 60 + 90)
-        for batch in only:
-            await chaos_batches.collect(client, batch)
-        outcomes = {cid: ends for b in only for cid, ends in b.outcomes.items()}
-        checks.append(chaos_invariants.batch_entries_end_once([c for b in only for c in b.lines], outcomes))
-        checks.append(chaos_invariants.nothing_left(
-            "no batch left in a non-final state", len(only),
-            [f"{b.batch_id} ({b.team}): {b.status}" for b in only if b.status not in chaos_batches.FINAL_STATUSES],
-        ))  # fmt: skip
+        checks += await after_load.batch_checks(client, only)
         await asyncio.to_thread(wait_until, stack.all_ready, SETTLE_TIMEOUT_S, 1.0)
-        generations = chaos_invariants.generations_in_log(stack.gateway_logs())
-        sent = {g.request_id: g.completion_tokens for g in generations}
-        metered = await _metered(stack)
-        checks.append(chaos_invariants.usage_matches(chaos_invariants.received_by_team(calls, sent), metered))
-        caller_ids = {(c.team, c.request_id) for c in calls if c.request_id is not None}
-        checks.append(chaos_invariants.ids_generate_once(generations, caller_ids))
-        retries = []
-        for call in [c for c in calls if c.request_id is not None and c.outcome is Outcome.ERROR]:
-            reply = await client.post("/v1/generate", headers=stack.team_headers[call.team], json=call.body)
-            retries.append(Retry(call.request_id or "", reply.status_code, reply.text[:200]))
-        checks.append(chaos_invariants.retries_generate_once(retries))
-        rerun, mismatches = 0, list[str]()
-        for i, batch in enumerate(only):
-            count, found = await chaos_batches.rerun(client, batch, args.rerun_sample, args.seed + i)
-            rerun, mismatches = rerun + count, mismatches + found
-        checks.append(chaos_invariants.batch_results_greedy(rerun, mismatches))
+        async with stack.admin_client(GATEWAY_HOSTS[0]) as admin_api:
+            metered = await after_load.metered_usage(admin_api)
+        checks += after_load.generation_checks(stack.gateway_logs(), calls, metered)
+        checks.append(await after_load.retry_check(client, stack.team_headers, calls))
+        checks.append(await after_load.rerun_check(client, only, args.rerun_sample, args.seed))
     admin = stack.redis_admin(socket_timeout=5.0, decode_responses=True)
     try:
         lease_ttl = stack.config.quota.lease_ttl_s + 30
@@ -142,18 +123,6 @@ async def _checks(
         chaos_invariants.nothing_left("KV back to 0 on every server", len(urls), chaos_aftermath.kv_held(urls))
     )
     return checks
-
-
-async def _metered(stack: PartitionStack) -> dict[str, int]:
-    """Interactive completion tokens per team, from GET /v1/usage (the admin sees all)."""
-    async with stack.admin_client(GATEWAY_HOSTS[0]) as client:
-        start = (datetime.now(UTC) - timedelta(days=1)).isoformat()
-        reply = (await client.get("/v1/usage", params={"start": start})).raise_for_status().json()
-    totals: dict[str, int] = {}
-    for row in reply["data"]:
-        if row["class"] == "interactive":
-            totals[row["team"]] = totals.get(row["team"], 0) + int(row["completion_tokens"])
-    return totals
 
 
 def _namespaces_left() -> list[str]:
