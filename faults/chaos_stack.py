@@ -35,6 +35,8 @@ from stack.redis_sentinel import RedisReplicaSet
 from stack.redis_server import RedisServer
 
 SUPERVISOR_MODULE = "faults.chaos_supervisor"
+# The harness is not installed (pyproject.toml): `python -m faults...` runs from the checkout.
+CHECKOUT = Path(__file__).resolve().parents[1]
 # The sentinels call a primary down after this long without an answer: Redis's example 5 s.
 # At 1 s a promoted replica, busy on this loaded two-core machine, was called down in turn
 # and failed over again within two seconds.
@@ -128,7 +130,7 @@ class ChaosStack(Stack):
     def start_supervisor(self) -> None:
         log = self.config.var_path / "logs" / "supervisor.log"
         argv = [sys.executable, "-m", SUPERVISOR_MODULE]
-        self.supervisor_process = ManagedProcess("supervisor", argv, log, env=self._environment())
+        self.supervisor_process = ManagedProcess("supervisor", argv, log, env=self._environment(), cwd=CHECKOUT)
         self.supervisor_process.start()
 
     def restart_supervisor(self) -> None:

@@ -33,6 +33,7 @@ from config.network_settings import NetworkSpec, ServerAddresses
 from config.redis_client import sync_redis_client
 from config.redis_settings import RedisSpec
 from config.settings import SwitchyardConfig, dump_config
+from faults.chaos_stack import CHECKOUT
 from faults.netns_hosts import BridgedHost, BridgedNetwork
 from fleet_state.registry import server_key
 from quota.key_files import ensure_admin_key, ensure_team_keys
@@ -173,7 +174,7 @@ class PartitionStack:
         if name == "probe":
             env.update(SWITCHYARD_CONFIG=self._config_file("probe", config))
             argv = self.net[GATEWAY_HOSTS[0]].command([python, "-m", "faults.partition_probe", str(self.probe_path())])
-            return ManagedProcess("write probe", argv, logs / "probe.log", env)
+            return ManagedProcess("write probe", argv, logs / "probe.log", env, cwd=CHECKOUT)  # not installed
         pool, copy = name.rsplit("-", 1)
         host = self.net[SERVER_HOSTS[int(copy)]]
         on_host = config.model_copy(update={"network": NetworkSpec(servers=ServerAddresses(bind_host=host.address))})
