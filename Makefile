@@ -6,7 +6,7 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed-stamp
 PORT    ?= 8000
-PACKAGES := config report contracts engine bls fleet_state quota router bulk build_engines trtllm server_host supervisor autoscaler simulator gateway stack faults bench switchyard threads
+PACKAGES := config report contracts engine bls fleet_state quota router bulk build_engines trtllm server_host supervisor autoscaler simulator gateway serving stack faults bench switchyard threads
 SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: up test unit integration lint bench chaos build redis chromium clean

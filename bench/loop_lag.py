@@ -1,6 +1,6 @@
 """Event-loop lag of a gateway worker, measured inside it by a bench-only task.
 
-The gateway exports no loop-lag metric (gateway/metrics.py), and a probe from outside (the
+The gateway exports no loop-lag metric (serving/metrics.py), and a probe from outside (the
 latency of /healthz) cannot say which worker answered. So the bench's gateway
 (bench/paced_gateway.py) runs this probe in every worker's loop: it asks to sleep `PERIOD_S`
 and records how late it woke, one line per wake-up in `lag-<pid>.txt`:

@@ -76,8 +76,8 @@ def main(argv: list[str] | None = None) -> None:
 
     from config.logging_setup import logging_config
     from gateway.http_protocol import NoDelayH11Protocol
-    from gateway.metrics_registry import MULTIPROC_DIR_ENV, fresh_multiprocess_dir
     from gateway.server import WORKER_HEALTHCHECK_S
+    from serving.metrics_registry import MULTIPROC_DIR_ENV, fresh_multiprocess_dir
 
     parser = argparse.ArgumentParser(prog="python -m bench.paced_gateway", description=__doc__.split("\n\n")[0])
     parser.add_argument("config", type=Path)

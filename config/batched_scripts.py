@@ -18,7 +18,7 @@ acknowledged fails every call in it with `NotReplicated` ("retry", config/redis_
 
 Each call's reply or error is its own: a script that fails fails its caller alone; a
 connection lost mid-batch fails every call in it with that error (each caller decides whether
-to try again: the end-of-request writes are safe to send twice, gateway/redis_retry.py). A
+to try again: the end-of-request writes are safe to send twice, serving/redis_retry.py). A
 server that does not know a script yet (a new primary) is sent it, and only the calls it
 refused are sent again.
 """

@@ -1,6 +1,6 @@
 """Which Redis errors mean "Redis cannot take this write now: try again", and the one we add.
 
-A write fails transiently in three ways, and every caller that retries (gateway/redis_retry.py,
+A write fails transiently in three ways, and every caller that retries (serving/redis_retry.py,
 the end-of-request writes; the HTTP edge, which answers 503 with Retry-After) treats them alike:
 
     ConnectionError, TimeoutError   the connection broke or the reply is late (a restart, a

@@ -1,13 +1,15 @@
-"""The gateway: every door a team comes in by, and what runs behind the door.
+"""The gateway: the doors a team comes in by. Each turns its protocol into one request type
+(`serving.generation.GenerationInput`) and a `serving.principal.Principal`, and hands them to
+the serving core (serving/), which knows no protocol.
 
-    routes/, app.py, auth.py, sse.py, ...  the HTTP API (native, OpenAI-compatible, batches)
-    grpc_door/                             Triton's gRPC protocol for power users
-    console/                               the web console
-    generation.py, request_lifecycle.py, metering.py, idempotency.py, ...
-                                           what runs a request once it is admitted
+    routes/, app.py, auth.py, sse.py, openai_serving.py, ...  the HTTP API (native,
+                                                              OpenAI-compatible, batches)
+    grpc_door/                                                Triton's gRPC protocol
+    console/                                                  the web console
+    edge_guard.py, edge_keys.py, key_slots.py, http_protocol.py
+                                                              what every HTTP request meets
+                                                              before any body is read
 
-Over ~5k lines on purpose: the three doors run in one process per worker and share one
-admission, one key cache, one backend and one request registry; splitting them into packages
-would only move that shared state behind another import. Imports the parts below (`router`,
-`quota`, `bulk`, `fleet_state`, `contracts`, `config`); never `engine`, `bls` or `trtllm`.
+Imports the parts below (`serving`, `router`, `quota`, `bulk`, `fleet_state`, `contracts`,
+`config`); never `engine`, `bls` or `trtllm`.
 """

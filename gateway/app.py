@@ -31,17 +31,11 @@ from contracts.openai_wire.chat_template import ChatTemplates
 from fleet_state.registry import ServerRegistry
 from gateway.auth import install_auth
 from gateway.console import install_console, open_console
-from gateway.deps import Services
+from gateway.deps import Services, install_metering
 from gateway.edge_guard import EdgeGuard, install_edge
 from gateway.edge_keys import KeyCache
 from gateway.error_handlers import install_error_handlers
-from gateway.generation import GenerationService
-from gateway.idempotency import IdempotencyStore
-from gateway.metering import install_metering
-from gateway.metrics import GatewayMetrics
 from gateway.openapi_document import install_openapi
-from gateway.request_bus import RequestBus
-from gateway.requests_registry import RequestRegistry
 from gateway.routes import api_router
 from gateway.settings import GatewaySettings
 from quota.admission import Admission
@@ -50,6 +44,11 @@ from quota.key_files import load_admin_key_hash
 from quota.keys import KeyStore
 from quota.usage import UsageMeter
 from router.failover_backend import FailoverBackend
+from serving.generation import GenerationService
+from serving.idempotency import IdempotencyStore
+from serving.metrics import GatewayMetrics
+from serving.request_bus import RequestBus
+from serving.requests_registry import RequestRegistry
 
 # Connections of a worker's pool for reads that wait: the request bus's subscription holds one,
 # each follower of a request another worker runs holds one for up to a second at a time.

@@ -20,18 +20,17 @@ missing or malformed header with the same 401.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Annotated
 
 import redis
 from fastapi import Depends, FastAPI, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from config.settings import TeamSpec
 from contracts.caller_echo import echoed
 from contracts.errors import ApiError
 from contracts.schemas import TEAM_HEADER
 from gateway.edge_keys import KeyCache
+from serving.principal import Principal, forbidden
 
 KEY_CACHE_STATE = "key_cache"  # app.state.key_cache: the KeyCache every request resolves through
 _HOW_TO_GET_A_KEY = "an operator makes one with `switchyard keys create TEAM`"
@@ -40,15 +39,6 @@ _CHALLENGE = {"WWW-Authenticate": "Bearer"}
 # Declares the scheme in the OpenAPI document (the docs' "Authorize" button); the header is
 # parsed below so that a missing and a malformed header get different messages.
 _bearer_scheme = HTTPBearer(auto_error=False, description="An API key: `switchyard keys create TEAM`.")
-
-
-@dataclass(frozen=True, slots=True)
-class Principal:
-    """The caller of one request: a team (with its settings), or the admin (no team)."""
-
-    team_id: str | None
-    is_admin: bool = False
-    team: TeamSpec | None = None
 
 
 def install_auth(app: FastAPI, keys: KeyCache) -> None:
@@ -65,10 +55,6 @@ async def get_key_cache(request: Request) -> KeyCache:
 
 def unauthorized(message: str) -> ApiError:
     return ApiError(401, "authentication_error", message, None, _CHALLENGE)
-
-
-def forbidden(message: str, param: str | None = None) -> ApiError:
-    return ApiError(403, "permission_error", message, param)
 
 
 def unknown_key() -> ApiError:
@@ -131,26 +117,6 @@ async def get_admin(principal: Annotated[Principal, Depends(get_principal)]) -> 
     if not principal.is_admin:
         raise forbidden("this route needs the admin key (var/admin-api-key or SWITCHYARD_ADMIN_KEY)")
     return principal
-
-
-def require_model_access(principal: Principal, team_spec: TeamSpec | None, model_id: str) -> str:
-    """The team to bill for using `model_id`; 403 when the caller may not use it.
-
-    Pass `principal.team` as `team_spec`. Check that the model exists first (404), so a team
-    learns of a typo before it learns of a permission. The admin key has no team, so it cannot
-    generate: usage must belong to some team."""
-    if principal.team_id is None:
-        raise forbidden("the admin key belongs to no team; send a team's API key to use models")
-    if team_spec is None:
-        raise forbidden(f"team {principal.team_id!r} is not configured in switchyard.yaml")
-    if not team_spec.may_use(model_id):
-        allowed = ", ".join(team_spec.models) or "none"
-        raise forbidden(
-            f"team {principal.team_id!r} may not use model {model_id!r}; its models: {allowed} "
-            "(an operator lists them under teams.<team>.models in switchyard.yaml)",
-            "model",
-        )
-    return principal.team_id
 
 
 PrincipalDep = Annotated[Principal, Depends(get_principal)]

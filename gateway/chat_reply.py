@@ -35,8 +35,8 @@ from contracts.openai_wire.schemas import (
 from contracts.openai_wire.tool_calls import parse_call, tool_call_grammar
 from contracts.token_text import TokenTexts
 from gateway.openai_serving import Constraints, sse_data
-from gateway.requests_registry import InflightRequest
 from gateway.tool_call_stream import Piece, ToolCallReader
+from serving.requests_registry import InflightRequest
 
 
 def chat_constraints(body: ChatCompletionRequest) -> Constraints:

@@ -41,12 +41,13 @@ from contracts.generation import BackendError, GenerationDelta, RequestClass, Us
 from contracts.openai_wire.schemas import OPENAI_TEMPERATURE, ChatCompletionRequest, CompletionRequest, FinishReason
 from contracts.prompt_context import count_prompt_tokens
 from contracts.schemas import RequestId
+from gateway.disconnects import wait_unless_disconnected
 from gateway.error_handlers import error_response
-from gateway.generation import GenerationInput
-from gateway.idempotency import fingerprint
-from gateway.readers import reading, wait_unless_disconnected
-from gateway.requests_registry import InflightRequest, RequestRegistry
 from gateway.sse import DONE, HEARTBEAT, sse_event
+from serving.generation import GenerationInput
+from serving.idempotency import fingerprint
+from serving.readers import reading
+from serving.requests_registry import InflightRequest, RequestRegistry
 
 CLASS_HEADER = "X-Switchyard-Class"
 REQUEST_ID_HEADER = "X-Request-Id"

@@ -3,7 +3,7 @@
 With `SWITCHYARD_WORKERS` > 1, uvicorn runs that many worker processes on one port. Every
 piece of state they must agree on (keys, leases, usage, request records, cancels) lives in
 Redis, so any worker can answer any request, a DELETE included. Metrics they share through
-files (prometheus-client's multiprocess mode, gateway/metrics_registry.py), so `/metrics` on
+files (prometheus-client's multiprocess mode, serving/metrics_registry.py), so `/metrics` on
 any worker shows the whole gateway.
 """
 
@@ -21,8 +21,8 @@ from config.process_limits import raise_open_files_limit
 from config.settings import SwitchyardConfig, dump_config, load_config
 from gateway.app import create_app
 from gateway.http_protocol import NoDelayH11Protocol
-from gateway.metrics_registry import fresh_multiprocess_dir
 from gateway.settings import GatewaySettings
+from serving.metrics_registry import fresh_multiprocess_dir
 
 # How long a worker may take to answer the supervisor's health ping before it is restarted.
 WORKER_HEALTHCHECK_S = 30

@@ -40,5 +40,5 @@ class GatewaySettings(BaseSettings):
     cancel_grace_s: Annotated[float, Field(ge=0)] = 2.0
     # prometheus-client's own variable (no SWITCHYARD_ prefix), set by `serve()` for its workers:
     # the folder where every worker writes its metrics and /metrics reads them all
-    # (gateway/metrics_registry.py). None: one process, its own registry.
+    # (serving/metrics_registry.py). None: one process, its own registry.
     prometheus_multiproc_dir: Path | None = Field(default=None, validation_alias="PROMETHEUS_MULTIPROC_DIR")

@@ -16,8 +16,8 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from contracts.errors import error_payload
-from gateway.readers import reading
-from gateway.requests_registry import InflightRequest, RequestRegistry
+from serving.readers import reading
+from serving.requests_registry import InflightRequest, RequestRegistry
 
 HEARTBEAT = b": keep-alive\n\n"
 DONE = b"data: [DONE]\n\n"

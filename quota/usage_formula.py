@@ -1,5 +1,5 @@
 """What one ended request used, from its token counts and its times: the `UsageRecord` the
-gateway meters (through `gateway/metering.py`) at the request's end.
+gateway meters (through `serving/metering.py`) at the request's end.
 
 KV token-seconds is the KV cache memory a request held, integrated over its life: tokens held ×
 seconds held. The prompt's tokens are held from admission to the end; the reply grows from 0 to

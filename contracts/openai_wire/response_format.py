@@ -9,7 +9,7 @@ the grammar each form constrains the reply with (contracts/guided_grammar.py):
 `strict: true` holds the reply to every keyword of the schema: one llguidance cannot enforce is
 the caller's 400 (with llguidance's reason) rather than a constraint the reply silently skips;
 without it (OpenAI's default) such keywords are ignored. A schema's validity is checked where
-the request is accepted (gateway/generation.py), not here: compiling is the costly part, done
+the request is accepted (serving/generation.py), not here: compiling is the costly part, done
 off the event loop and cached.
 """
 

@@ -25,12 +25,12 @@ from config.settings import SwitchyardConfig
 from contracts.errors import error_detail, error_kind
 from fleet_state.load_board import LoadBoard
 from fleet_state.pool_targets import PoolTargetStore
-from gateway.auth import Principal
 from gateway.console.pages import ConsolePages
 from gateway.console.sessions import COOKIE_NAME, ConsoleSession, SessionStore, csrf_matches
 from gateway.edge_keys import KeyCache
 from quota.capacity import CapacitySource
 from quota.keys import KeyStore
+from serving.principal import Principal
 
 CONSOLE_STATE = "console"  # app.state.console: the ConsoleState of this app
 CSRF_HEADER = "x-csrf-token"

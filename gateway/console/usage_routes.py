@@ -29,7 +29,7 @@ from gateway.console.usage_view import (
     usage_csv,
     usage_window,
 )
-from gateway.metering import MeteringDep
+from gateway.deps import MeteringDep
 from quota.usage import UsageRow
 
 router = APIRouter(prefix="/console", include_in_schema=False)

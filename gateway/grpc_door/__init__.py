@@ -4,7 +4,7 @@ as the HTTP API (docs/grpc.md).
 
     tritonclient ── ModelInfer / ModelStreamInfer ──▶ service.py (auth: the team's key)
         tensors.py   the request's tensors ──▶ a GenerateBody, checked as HTTP's is
-        gateway/generation.py  GenerationService.start(): admission, idempotency, failover
+        serving/generation.py  GenerationService.start(): admission, idempotency, failover
         tensors.py   the InflightRequest's deltas ──▶ `llm`-shaped responses
         status.py    ApiError / backend failures ──▶ gRPC status codes (one table)
     models.py        ServerMetadata, ModelMetadata, ModelConfig of the pools' models

@@ -20,12 +20,12 @@ from collections.abc import AsyncIterator
 from dataclasses import replace
 from typing import Any
 
-from gateway.generation import GenerationInput, body_digest, generation_input
 from gateway.grpc_door.tensors import DoorRequest, infer_response
 from gateway.grpc_door.trtllm_tensors import GUIDE, output_log_probs
-from gateway.idempotency import fingerprint
-from gateway.readers import reading
-from gateway.requests_registry import InflightRequest, RequestRegistry
+from serving.generation import GenerationInput, body_digest, generation_input
+from serving.idempotency import fingerprint
+from serving.readers import reading
+from serving.requests_registry import InflightRequest, RequestRegistry
 
 DOOR = "grpc"  # the usage label of what comes through here
 

@@ -30,7 +30,7 @@ from gateway.deps import Services
 from gateway.edge_keys import KeyCache
 from gateway.grpc_door.service import InferenceDoor
 from gateway.key_slots import KeySlots
-from gateway.metrics import GatewayMetrics
+from serving.metrics import GatewayMetrics
 
 # How long in-flight calls may run on at shutdown before they are cancelled.
 SHUTDOWN_GRACE_S = 5.0

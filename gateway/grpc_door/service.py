@@ -35,7 +35,7 @@ import grpc
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from contracts.errors import ApiError, model_not_found
-from gateway.auth import Principal, bearer_key, require_model_access, resolve_principal
+from gateway.auth import bearer_key, resolve_principal
 from gateway.deps import Services
 from gateway.edge_keys import KeyCache
 from gateway.grpc_door.models import model_config, model_metadata, server_metadata
@@ -43,10 +43,11 @@ from gateway.grpc_door.replies import door_generation_input, request_digest, res
 from gateway.grpc_door.status import DoorStatus, door_status
 from gateway.grpc_door.tensors import MODEL_VERSION, DoorRequest, parse_request, unknown_version
 from gateway.key_slots import KeySlots, too_many
-from gateway.metrics import GatewayMetrics
-from gateway.readers import reading
-from gateway.requests_registry import InflightRequest
 from quota.keys import hash_key
+from serving.metrics import GatewayMetrics
+from serving.principal import Principal, require_model_access
+from serving.readers import reading
+from serving.requests_registry import InflightRequest
 
 TEAM_METADATA = "x-switchyard-team"  # the admin key acting for a team, as HTTP's X-Switchyard-Team
 GRPC_ERROR_METADATA = "triton_grpc_error"  # "true": a stream's failure ends it with its status

@@ -31,7 +31,7 @@ from bulk.storage_quota import StorageQuotaExceeded
 from contracts.caller_echo import echoed
 from contracts.errors import ApiError, describe_validation_errors, invalid_request, model_not_found
 from contracts.schemas import ErrorBody, error_responses
-from gateway.auth import Principal, PrincipalDep, require_model_access
+from gateway.auth import PrincipalDep
 from gateway.batch_schemas import (
     BatchList,
     BatchObject,
@@ -41,6 +41,7 @@ from gateway.batch_schemas import (
 )
 from gateway.deps import CatalogDep, IntakeDep
 from gateway.upload_bodies import CREATE_BATCH_BODY
+from serving.principal import Principal, require_model_access
 
 router = APIRouter(prefix="/v1/batches", tags=["batches"])
 

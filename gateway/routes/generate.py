@@ -11,12 +11,12 @@ from contracts.errors import request_not_found
 from contracts.schemas import CancelResponse, ErrorBody, GenerateBody, GenerateResponse, UsageBody, error_responses
 from gateway.auth import PrincipalDep
 from gateway.deps import GenerationDep, RegistryDep, SettingsDep
+from gateway.disconnects import wait_unless_disconnected
 from gateway.error_handlers import error_response
-from gateway.generation import body_digest, generation_input
 from gateway.key_slots import claim_stream
-from gateway.readers import wait_unless_disconnected
-from gateway.requests_registry import InflightRequest
 from gateway.sse import stream_events
+from serving.generation import body_digest, generation_input
+from serving.requests_registry import InflightRequest
 
 router = APIRouter(prefix="/v1/generate", tags=["generate"])
 

@@ -3,7 +3,7 @@ gateway however many worker processes serve its port.
 
 With one process the scrape reads the app's registry. With several (`SWITCHYARD_WORKERS` > 1)
 each worker writes its metrics to files under `PROMETHEUS_MULTIPROC_DIR` and a scrape, on
-whichever worker accepts it, merges them all (gateway/metrics_registry.py): counters and
+whichever worker accepts it, merges them all (serving/metrics_registry.py): counters and
 histograms sum over every worker of this start, exited ones included, so they never go
 backwards; `requests_in_flight` and `queued_requests` sum over the workers alive now.
 
@@ -25,9 +25,9 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from redis.exceptions import RedisError
 
 from gateway.deps import AdmissionDep, MetricsDep, Services
-from gateway.metrics import GatewayMetrics
-from gateway.metrics_registry import exposition
 from quota.admission import Admission, PoolSnapshot
+from serving.metrics import GatewayMetrics
+from serving.metrics_registry import exposition
 
 QUEUE_PUBLISH_S = 1.0
 

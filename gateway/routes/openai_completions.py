@@ -30,7 +30,7 @@ from gateway.openai_serving import (
     sse_data,
     started_generation,
 )
-from gateway.requests_registry import InflightRequest
+from serving.requests_registry import InflightRequest
 
 router = APIRouter(prefix="/v1/completions", tags=["openai"], route_class=OpenAIRoute)
 

@@ -21,9 +21,10 @@ from pydantic import BaseModel, Field
 
 from contracts.errors import ApiError, invalid_request
 from contracts.schemas import ErrorBody
-from gateway.auth import PrincipalDep, forbidden
-from gateway.metering import MeteringDep
+from gateway.auth import PrincipalDep
+from gateway.deps import MeteringDep
 from quota.usage import UTC_RANGE_TEXT, UsageRow, as_utc
+from serving.principal import forbidden
 
 router = APIRouter(prefix="/v1/usage", tags=["usage"])
 

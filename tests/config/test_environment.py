@@ -100,7 +100,7 @@ def test_gateway_workers_read_the_settings_their_parent_wrote(monkeypatch: pytes
 # with its reason. Benchmarks and the fault harness are programs of their own, not scanned.
 ALLOWED_READS = {
     # prometheus-client's own variable, which it reads itself when a worker imports it.
-    "gateway/metrics_registry.py",
+    "serving/metrics_registry.py",
     # The latency log's switch, read where each process (gateway, Triton stub) builds it.
     "gateway/app.py",
     "bls/engine_shell.py",

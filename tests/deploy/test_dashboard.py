@@ -10,7 +10,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 DASHBOARD = REPO / "deploy" / "grafana" / "switchyard.json"
-METRIC_SOURCES = ("gateway/metrics.py", "bulk/metrics.py", "contracts/metric_names.py", "bls/metrics.py")
+METRIC_SOURCES = ("serving/metrics.py", "bulk/metrics.py", "contracts/metric_names.py", "bls/metrics.py")
 METRIC_NAME = re.compile(r"\b(?:switchyard|nv)_[a-z0-9_]+")
 # Suffixes Prometheus adds to a counter's or histogram's samples.
 SAMPLE_SUFFIXES = ("_bucket", "_sum", "_count", "_total")

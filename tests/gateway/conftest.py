@@ -26,12 +26,12 @@ from contracts.generation import (
     Usage,
 )
 from gateway.app import create_app
-from gateway.metrics import GatewayMetrics
-from gateway.requests_registry import RequestRegistry
 from gateway.settings import GatewaySettings
 from quota.capacity import StaticCapacity
 from quota.key_files import ADMIN_KEY_ENV
 from quota.keys import SyncKeyStore
+from serving.metrics import GatewayMetrics
+from serving.requests_registry import RequestRegistry
 from tests.auth_headers import bearer
 
 SENTENCES = [

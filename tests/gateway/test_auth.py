@@ -13,10 +13,11 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
 from config.settings import TeamSpec
-from gateway.auth import AdminDep, PrincipalDep, install_auth, require_model_access
+from gateway.auth import AdminDep, PrincipalDep, install_auth
 from gateway.edge_keys import KeyCache
 from gateway.error_handlers import install_error_handlers
 from quota.keys import KeyStore, hash_key
+from serving.principal import require_model_access
 from tests.auth_headers import bearer
 
 ADMIN_KEY = "sy-admin-key-for-tests"

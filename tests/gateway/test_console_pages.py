@@ -23,8 +23,8 @@ from fleet_state.registry import ServerInfo, ServerRegistry
 from fleet_state.server_state import ServerState
 from gateway.console.access import ConsoleState
 from gateway.console.pages import MAX_PAGE_BYTES
-from gateway.metering import Metering
 from quota.usage import UsageRecord
+from serving.metering import Metering
 
 BrowserFactory = Callable[[str], AsyncIterator[httpx.AsyncClient]]
 

@@ -11,7 +11,7 @@ import httpx
 import pytest
 from fastapi import dependencies, routing
 
-from gateway.requests_registry import RequestRegistry
+from serving.requests_registry import RequestRegistry
 
 
 async def test_a_request_never_hops_to_the_thread_pool(

@@ -21,11 +21,11 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.parser import text_string_to_metric_families
 
 from config.settings import load_config
-from gateway.metrics_registry import MULTIPROC_DIR_ENV
 from gateway.server import serve
 from gateway.settings import GatewaySettings
 from server_host.ports import free_ports
 from server_host.process import ManagedProcess, wait_until
+from serving.metrics_registry import MULTIPROC_DIR_ENV
 
 # A generation request the gateway refuses (no max_tokens): a 400, counted by the worker that
 # took it, with no model server needed.
@@ -173,7 +173,7 @@ async def test_requests_queued_in_both_workers_add_up(gateway: Gateway) -> None:
     once the requests have left them. Which worker accepts a connection is the kernel's
     choice: batches are sent until one lands on both, for a while; on a machine so loaded that
     one worker took them all, the scrapes still must count what it holds (summing two real
-    processes' files is tests/gateway/test_metrics_registry.py's)."""
+    processes' files is tests/serving/test_metrics_registry.py's)."""
     limits = httpx.Limits(max_keepalive_connections=0)
     async with (
         httpx.AsyncClient(base_url=gateway.url, headers=gateway.headers, limits=limits, timeout=60) as http,

@@ -10,7 +10,7 @@ import pytest
 import redis
 
 from contracts.generation import GenerationDelta
-from gateway.requests_registry import RequestRegistry
+from serving.requests_registry import RequestRegistry
 
 BODY: dict[str, Any] = {"model": "large", "prompt": "the quick brown fox", "stream": True}
 

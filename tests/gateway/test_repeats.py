@@ -14,7 +14,7 @@ import redis
 from fastapi import FastAPI
 
 from contracts.generation import BackendError
-from gateway.idempotency import Claim, ClaimState
+from serving.idempotency import Claim, ClaimState
 
 PROMPT = "the quick brown fox"
 BODY: dict[str, Any] = {"model": "small", "prompt": PROMPT, "max_tokens": 9}

@@ -15,8 +15,8 @@ import redis
 from fastapi import FastAPI
 
 from contracts.generation import BackendError, GenerationDelta, GenerationRequest, Logprobs
-from gateway.request_lifecycle import RequestLifecycle
-from gateway.requests_registry import InflightRequest
+from serving.request_lifecycle import RequestLifecycle
+from serving.requests_registry import InflightRequest
 
 from .conftest import FakeBackend
 

@@ -14,8 +14,8 @@ import uvicorn
 from fastapi import FastAPI
 
 from contracts.generation import GenerationDelta, GenerationRequest
-from gateway.requests_registry import InflightRequest
 from gateway.sse import sse_event, stream_events
+from serving.requests_registry import InflightRequest
 
 
 def test_event_is_one_data_line_even_with_newlines_in_the_text() -> None:

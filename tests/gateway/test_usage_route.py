@@ -14,8 +14,8 @@ import pytest
 from fastapi import FastAPI
 
 from contracts.generation import GenerationDelta, Usage
-from gateway.metering import Metering
 from quota.usage import UsageRecord
+from serving.metering import Metering
 
 Until = Callable[[Callable[[], bool]], Awaitable[None]]
 

@@ -26,7 +26,7 @@ import redis.sentinel
 
 from config.redis_client import redis_client, sync_redis_client
 from faults.netns_hosts import BridgedNetwork, NamespacesUnavailable, bridged_hosts, process_subnet
-from gateway.request_bus import CHANNEL, BusMessage, RequestBus
+from serving.request_bus import CHANNEL, BusMessage, RequestBus
 from server_host.ports import free_ports
 from server_host.process import wait_until
 from stack.redis_sentinel import Placement, RedisReplicaSet

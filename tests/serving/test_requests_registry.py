@@ -8,8 +8,8 @@ import contextlib
 from typing import Any
 
 from contracts.generation import GenerationDelta, GenerationRequest
-from gateway.metrics import GatewayMetrics
-from gateway.requests_registry import InflightRequest, RequestRegistry
+from serving.metrics import GatewayMetrics
+from serving.requests_registry import InflightRequest, RequestRegistry
 
 
 class CancelSwallowingHooks:

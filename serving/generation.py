@@ -10,7 +10,7 @@ routes): every rule about what may run lives here, so the surfaces cannot drift 
                                  ── done: its stored result
         admission: a lease on prompt + max_tokens of KV ── 429 / 503 with Retry-After
         registry.start() ──▶ InflightRequest, read by the route
-            its RequestLifecycle (gateway/request_lifecycle.py), from then on:
+            its RequestLifecycle (serving/request_lifecycle.py), from then on:
             as it runs:  nothing per delta (readers read memory); the lease kept alive
             at the end:  result kept for repeats (a caller-made id), lease released, usage metered
 """
@@ -44,17 +44,17 @@ from contracts.latency_log import LatencyLog
 from contracts.prompt_context import check_context, encode_prompt
 from contracts.schemas import GenerateBody
 from contracts.token_ids import PackedTokenIds
-from gateway.auth import Principal, require_model_access
-from gateway.delta_records import delta_from_record, logprobs_from_record
-from gateway.idempotency import ClaimState, IdempotencyStore, RecordGone, fingerprint
-from gateway.metering import Metering
-from gateway.metrics import GatewayMetrics
-from gateway.redis_retry import until_reachable
-from gateway.request_bus import BusMessage, RequestBus
-from gateway.request_lifecycle import LatencyStamps, RequestLifecycle
-from gateway.requests_registry import InflightRequest, RequestIdInUse, RequestRegistry
 from quota.admission import Admission, AdmissionRefused
 from router.block_hashes import DEFAULT_MAX_BLOCKS, prompt_block_hashes
+from serving.delta_records import delta_from_record, logprobs_from_record
+from serving.idempotency import ClaimState, IdempotencyStore, RecordGone, fingerprint
+from serving.metering import Metering
+from serving.metrics import GatewayMetrics
+from serving.principal import Principal, require_model_access
+from serving.redis_retry import until_reachable
+from serving.request_bus import BusMessage, RequestBus
+from serving.request_lifecycle import LatencyStamps, RequestLifecycle
+from serving.requests_registry import InflightRequest, RequestIdInUse, RequestRegistry
 
 logger = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from contracts.generation import GenerationDelta, Logprobs
-from gateway.idempotency import ClaimState, IdempotencyStore, RecordGone, StoredDelta, fingerprint
+from serving.idempotency import ClaimState, IdempotencyStore, RecordGone, StoredDelta, fingerprint
 
 
 async def test_claims_new_then_running_then_done_and_conflict(redis_url: str) -> None:

@@ -29,7 +29,7 @@ from contracts.generation import (
     RequestRejected,
     Usage,
 )
-from gateway.metrics import GatewayMetrics
+from serving.metrics import GatewayMetrics
 
 logger = logging.getLogger(__name__)
 

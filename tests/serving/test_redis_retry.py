@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import redis
 
-from gateway.redis_retry import until_reachable
+from serving.redis_retry import until_reachable
 
 
 class _Flaky:

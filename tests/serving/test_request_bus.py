@@ -13,8 +13,8 @@ import redis.asyncio as aioredis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from gateway.request_bus import BusMessage, RequestBus
 from server_host.ports import free_ports
+from serving.request_bus import BusMessage, RequestBus
 from stack.redis_server import RedisServer
 
 

@@ -1,4 +1,4 @@
-"""How the gateway's metrics add up over worker processes (gateway/metrics_registry.py): real
+"""How the gateway's metrics add up over worker processes (serving/metrics_registry.py): real
 child processes write `GatewayMetrics` to one multiprocess folder; this process reads it as
 a scrape would."""
 
@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.metrics import GatewayMetrics
-from gateway.metrics_registry import MULTIPROC_DIR_ENV, exposition, fresh_multiprocess_dir, worker_metrics
+from serving.metrics import GatewayMetrics
+from serving.metrics_registry import MULTIPROC_DIR_ENV, exposition, fresh_multiprocess_dir, worker_metrics
 
 LABELS = {"model": "small", "request_class": "interactive"}
 StartWorker = Callable[[int, int, int], "subprocess.Popen[str]"]
@@ -23,7 +23,7 @@ StartWorker = Callable[[int, int, int], "subprocess.Popen[str]"]
 WORKER = """
 import sys
 from pathlib import Path
-from gateway.metrics import GatewayMetrics
+from serving.metrics import GatewayMetrics
 
 folder, requests, in_flight, queued = sys.argv[1], *map(int, sys.argv[2:])
 metrics = GatewayMetrics(multiprocess_dir=Path(folder))

@@ -7,7 +7,7 @@ Redis (the bill, `GET /v1/usage`) and to the Prometheus counters on `/metrics` a
 
 `request_usage` reads an ended `InflightRequest` into the plain values of the usage formula
 (`quota/usage_formula.py`: tokens, cached, discarded, KV token-seconds); the request's
-lifecycle (`gateway/request_lifecycle.py`) meters it once, at its end.
+lifecycle (`serving/request_lifecycle.py`) meters it once, at its end.
 
 `door` is the protocol the request came through (`http`, or `grpc`: the front door,
 gateway/grpc_door/): `switchyard_usage_door_*{team, model, door}` count requests and tokens per
@@ -18,21 +18,15 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime
-from typing import Annotated
 
 import redis
-from fastapi import Depends, FastAPI, Request
 from prometheus_client import CollectorRegistry, Counter
 
-from gateway.redis_retry import UNREACHABLE_RETRY_S, until_reachable
-from gateway.requests_registry import InflightRequest
 from quota import usage_formula
 from quota.usage import UsageMeter, UsageRecord
 from quota.usage_counters import UsageCounters
-
-METERING_STATE = "metering"  # app.state.metering: the Metering of this app
-_COUNTERS_STATE = "usage_counters"  # made once per app: a registry refuses a second copy
-_DOOR_COUNTERS_STATE = "usage_door_counters"
+from serving.redis_retry import UNREACHABLE_RETRY_S, until_reachable
+from serving.requests_registry import InflightRequest
 
 logger = logging.getLogger(__name__)
 
@@ -125,30 +119,3 @@ def request_usage(
         record_id=record_id,
         delivered=delivered,
     )
-
-
-def install_metering(app: FastAPI, meter: UsageMeter) -> Metering:
-    """Put a `Metering` over `meter` in `app.state.metering` (call from the lifespan). The
-    counters go in the registry of `app.state.metrics` and are made once per app, so a
-    lifespan that runs twice (tests) does not register them twice."""
-    counters = getattr(app.state, _COUNTERS_STATE, None)
-    if not isinstance(counters, UsageCounters):
-        registry = getattr(getattr(app.state, "metrics", None), "registry", None)
-        if not isinstance(registry, CollectorRegistry):
-            raise RuntimeError("install_metering needs app.state.metrics (a GatewayMetrics) first")
-        counters = UsageCounters(registry)
-        setattr(app.state, _COUNTERS_STATE, counters)
-        setattr(app.state, _DOOR_COUNTERS_STATE, DoorCounters(registry))
-    metering = Metering(meter, counters, getattr(app.state, _DOOR_COUNTERS_STATE, None))
-    setattr(app.state, METERING_STATE, metering)
-    return metering
-
-
-async def get_metering(request: Request) -> Metering:
-    metering = getattr(request.app.state, METERING_STATE, None)
-    if not isinstance(metering, Metering):
-        raise RuntimeError("no metering: call gateway.metering.install_metering(app, meter) in the lifespan")
-    return metering
-
-
-MeteringDep = Annotated[Metering, Depends(get_metering)]

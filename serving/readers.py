@@ -12,9 +12,7 @@ import asyncio
 from collections.abc import Awaitable, Iterator
 from contextlib import contextmanager
 
-from fastapi import Request
-
-from gateway.requests_registry import InflightRequest, RequestRegistry
+from serving.requests_registry import InflightRequest, RequestRegistry
 
 
 @contextmanager
@@ -30,17 +28,14 @@ def reading(entry: InflightRequest, registry: RequestRegistry) -> Iterator[None]
             registry.cancel_soon(entry.request_id)
 
 
-async def wait_unless_disconnected(
-    request: Request, entry: InflightRequest, registry: RequestRegistry, ready: Awaitable[None]
+async def wait_unless_gone(
+    entry: InflightRequest, registry: RequestRegistry, ready: Awaitable[None], gone: Awaitable[None]
 ) -> bool:
-    """Await `ready` as one of the request's readers; False if the client left first (then
-    the request is cancelled, unless another reader is still on it).
-
-    Starlette watches for disconnects only while a streaming body is being sent; before that
-    (and for a whole reply) nobody would notice a client that left."""
+    """Await `ready` as one of the request's readers; False if the reader left first (`gone`
+    completed: then the request is cancelled, unless another reader is still on it)."""
     entry.readers += 1
     waiter = asyncio.ensure_future(ready)
-    watcher = asyncio.ensure_future(_until_disconnected(request))
+    watcher = asyncio.ensure_future(gone)
     try:
         await asyncio.wait({waiter, watcher}, return_when=asyncio.FIRST_COMPLETED)
     finally:
@@ -51,8 +46,3 @@ async def wait_unless_disconnected(
     if not completed and not entry.done and entry.readers == 0:
         await registry.cancel(entry.request_id)
     return completed
-
-
-async def _until_disconnected(request: Request) -> None:
-    while (await request.receive())["type"] != "http.disconnect":
-        pass

@@ -1,7 +1,7 @@
 """The gateway's Prometheus metrics, in a registry of its own (made by `create_app`), so two
 apps in one process (tests, a future multi-app server) never collide on the global one.
 
-With several worker processes (`multiprocess_dir` given, gateway/metrics_registry.py) the
+With several worker processes (`multiprocess_dir` given, serving/metrics_registry.py) the
 values live in each worker's files and a scrape reads every worker's: counters and histograms
 sum over workers, the two gauges kept here are `livesum` (summed over the workers alive now),
 and the leases gauge, the same in every worker, is made per scrape (`leased_tokens`).
@@ -16,8 +16,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from gateway.metrics_registry import check_multiprocess_values, worker_metrics
 from quota.shares import TeamLoad
+from serving.metrics_registry import check_multiprocess_values, worker_metrics
 
 # Seconds; spans a 10-token reply on an idle server to a long report behind a 30k-token prefill.
 _LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)

@@ -4,9 +4,9 @@
 from __future__ import annotations
 
 from contracts.generation import GenerationDelta, GenerationRequest, Usage
-from gateway.metering import request_usage
-from gateway.requests_registry import InflightRequest
 from quota.usage import UsageRecord
+from serving.metering import request_usage
+from serving.requests_registry import InflightRequest
 
 
 def ended(stop_reason: str, *deltas: tuple[GenerationDelta, float]) -> InflightRequest:

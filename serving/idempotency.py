@@ -57,7 +57,7 @@ import redis.asyncio as aioredis
 from config.replica_acks import ReplicaAcks
 from config.script_runner import ScriptRunner
 from contracts.generation import GenerationDelta, Logprobs
-from gateway.delta_records import delta_from_record, delta_record
+from serving.delta_records import delta_from_record, delta_record
 
 logger = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """One accepted request's life around its generation, once `GenerationService.start()` (in
-`gateway/generation.py`) has decided it runs: its lease and its claim kept alive, its deltas
+`serving/generation.py`) has decided it runs: its lease and its claim kept alive, its deltas
 mirrored to Redis for other gateway processes that follow it, and at its end its final record,
 its lease's release and its usage.
 
@@ -14,7 +14,7 @@ its lease's release and its usage.
     finish ─▶ on_finish(), each step retried while Redis is away, a failure logged:
                 the final record, kept keep_s for repeats (or the id freed: failed before a token)
                 the lease released
-                usage metered (gateway/metering.py → quota/usage_formula.py, quota/usage.py)
+                usage metered (serving/metering.py → quota/usage_formula.py, quota/usage.py)
               and one "generation ended" log line
 """
 
@@ -31,13 +31,13 @@ import redis
 
 from contracts.generation import GRAMMAR_FAILED, GenerationDelta
 from contracts.latency_log import LatencyLog
-from gateway.delta_records import delta_record, logprobs_record
-from gateway.idempotency import IdempotencyStore
-from gateway.metering import Metering, request_usage
-from gateway.redis_retry import until_reachable
-from gateway.requests_registry import InflightRequest
 from quota.admission import Admission
 from quota.leases import Lease
+from serving.delta_records import delta_record, logprobs_record
+from serving.idempotency import IdempotencyStore
+from serving.metering import Metering, request_usage
+from serving.redis_retry import until_reachable
+from serving.requests_registry import InflightRequest
 
 logger = logging.getLogger(__name__)
 

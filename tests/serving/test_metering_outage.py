@@ -14,10 +14,10 @@ import pytest
 import redis.asyncio
 from prometheus_client import CollectorRegistry
 
-from gateway.metering import Metering
 from quota.usage import UsageMeter, UsageRecord
 from quota.usage_counters import UsageCounters
 from server_host.ports import free_ports
+from serving.metering import Metering
 from stack.redis_server import RedisServer
 
 
@@ -31,7 +31,7 @@ async def test_usage_that_ends_while_redis_restarts_is_recorded_once_it_is_back(
     metering = Metering(UsageMeter(client), UsageCounters(CollectorRegistry()), retry_s=60.0)
     try:
         await asyncio.to_thread(server.stop)
-        caplog.set_level(logging.WARNING, logger="gateway.metering")
+        caplog.set_level(logging.WARNING, logger="serving.metering")
         rec = UsageRecord(
             team_id="team-a", model_id="m", request_class="interactive", prompt_tokens=5, completion_tokens=7
         )
