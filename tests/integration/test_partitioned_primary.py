@@ -31,9 +31,9 @@ from redis.asyncio.sentinel import Sentinel
 from config.redis_errors import redis_unreachable, refused_for_replicas
 from config.replica_acks import ReplicaAcks
 from faults.netns_hosts import BridgedHost, NamespacesUnavailable, bridged_hosts, process_subnet
-from serving.redis_retry import until_reachable
 from server_host.ports import free_ports
 from server_host.process import wait_until
+from serving.redis_retry import until_reachable
 from stack.redis_sentinel import Placement, RedisReplicaSet, replica_in_sync
 
 pytestmark = pytest.mark.integration

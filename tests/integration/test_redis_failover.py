@@ -21,9 +21,9 @@ import redis
 from config.redis_client import redis_client, sync_redis_client
 from config.redis_errors import redis_unreachable
 from fleet_state.registry import CHANGES_CHANNEL
-from serving.request_bus import BusMessage, RequestBus
 from server_host.ports import free_ports
 from server_host.process import wait_until
+from serving.request_bus import BusMessage, RequestBus
 from stack.redis_sentinel import ASK_PERIOD_MS, PING_PERIOD_MS, PUBLISH_PERIOD_MS, RedisReplicaSet
 
 from .replica_config import replica_set_config

@@ -26,9 +26,9 @@ import redis.sentinel
 
 from config.redis_client import redis_client, sync_redis_client
 from faults.netns_hosts import BridgedNetwork, NamespacesUnavailable, bridged_hosts, process_subnet
-from serving.request_bus import CHANNEL, BusMessage, RequestBus
 from server_host.ports import free_ports
 from server_host.process import wait_until
+from serving.request_bus import CHANNEL, BusMessage, RequestBus
 from stack.redis_sentinel import Placement, RedisReplicaSet
 
 from .replica_config import replica_set_config
