@@ -48,7 +48,9 @@ CONFIG = SchemathesisConfig.from_dict(
     {
         # The key is team e2e's, sent with every case (as `schemathesis run -H` sends it), not a
         # generated header: a case "without" it would still carry it, and be judged as if not.
-        # `ignored_auth` sends each answered case again without the key, and with a wrong one.
+        # `ignored_auth` sends each answered case again without the key, and with a wrong one:
+        # it takes the key away by the scheme's header name, `Authorization`, matching case
+        # (`fuzz_headers`).
         "generation": {"mode": "all", "with-security-parameters": False},
         "phases": {"stateful": {"enabled": False}},
     }
@@ -91,11 +93,18 @@ def gateway_schema(live_gateway: LiveGateway) -> Any:
     return schemathesis.openapi.from_url(f"{live_gateway.url}/openapi.json", config=CONFIG)
 
 
+def fuzz_headers(gateway: LiveGateway) -> dict[str, str]:
+    """The key under the name the document's security scheme gives it: schemathesis matches
+    that name's case when it takes the key away for its probes (a lower-case `authorization`
+    rode along on every probe "without" the key, and the gateway rightly answered it)."""
+    return {"Authorization": gateway.headers["authorization"]}
+
+
 def answer_and_check(case: schemathesis.Case, gateway: LiveGateway) -> str | None:
     """Send the (steered) case and run every check on its answer: None, or what failed."""
     steered(case, MODEL_ID)
     try:
-        case.call_and_validate(base_url=gateway.url, headers=gateway.headers, checks=ALL_CHECKS, timeout=60)
+        case.call_and_validate(base_url=gateway.url, headers=fuzz_headers(gateway), checks=ALL_CHECKS, timeout=60)
     except (AssertionError, Failure, FailureGroup) as exc:
         return str(exc)
     return None
