@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 
 import httpx
+import redis.asyncio as redis
 from fastapi import FastAPI
 
 from bulk.blob_store import LocalBlobStore
@@ -35,6 +36,7 @@ from gateway.deps import Services, install_metering
 from gateway.edge_guard import EdgeGuard, install_edge
 from gateway.edge_keys import KeyCache
 from gateway.error_handlers import install_error_handlers
+from gateway.key_slots import KeySlots
 from gateway.openapi_document import install_openapi
 from gateway.routes import api_router
 from gateway.settings import GatewaySettings
@@ -110,86 +112,29 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         loaded = config if config is not None else load_config(settings.config)
-        models = catalog if catalog is not None else ModelCatalog.load(loaded)
-        backend = make_backend(loaded, settings, app.state.metrics)
-        registry = RequestRegistry(backend, app.state.metrics, cancel_grace_s=settings.cancel_grace_s)
-        # Short timeouts and no retries: a Redis outage is a quick 503, not a hung request. Two
-        # bounded pools per worker (config/redis_client.py): short commands, and the reads that
-        # wait (the request bus's subscription, followers' XREADs) on a few connections of their
-        # own, so waiting never holds a connection a request's claim or lease needs.
-        redis_client = gateway_redis_client(
-            loaded, "gateway", socket_timeout=2.0, socket_connect_timeout=2.0, retry_on_timeout=False
-        )
-        waiting_client = gateway_redis_client(
-            loaded,
-            "gateway",
-            socket_timeout=2.0,
-            socket_connect_timeout=2.0,
-            retry_on_timeout=False,
-            max_connections=WAITING_CONNECTIONS,
-        )
-        key_store = KeyStore(redis_client, loaded.teams, load_admin_key_hash(loaded.var_path))
-        keys = KeyCache(key_store, loaded.gateway.key_cache_s)  # every door's, one per worker
-        install_auth(app, keys)
-        edge = install_edge(app, loaded, settings, keys)  # key, size and caps before any body is read
-        # Every script call of this worker's requests (claims, leases, final records, usage)
-        # coalesced into pipelines: a few connections whatever is in flight, and in sentinel
-        # mode one WAIT for a replica's hold of a whole batch.
-        scripts = BatchedScripts(ReplicaAcks.from_settings(loaded.redis))
-        metering = install_metering(app, UsageMeter(redis_client, scripts))
-        async with contextlib.AsyncExitStack() as stack:
+        async with contextlib.AsyncExitStack() as stack:  # closed in reverse: the door first
+            models = (
+                catalog if catalog is not None else stack.enter_context(contextlib.closing(ModelCatalog.load(loaded)))
+            )
+            clients = await stack.enter_async_context(_redis_clients(loaded))  # closed after what writes
+            backend = make_backend(loaded, settings, app.state.metrics)
+            stack.push_async_callback(backend.close)
+            registry = RequestRegistry(backend, app.state.metrics, cancel_grace_s=settings.cancel_grace_s)
+            stack.push_async_callback(registry.close)  # its requests' ends still reach Redis
+            keys = _install_keys(app, loaded, clients.commands)
+            edge = install_edge(app, loaded, settings, keys)  # key, size and caps before any body is read
             source = (
                 capacity if capacity is not None else await stack.enter_async_context(_polled_capacity(loaded, backend))
             )
-            bus = RequestBus(waiting_client)
-            admission = Admission(loaded, redis_client, source, scripts=scripts)
-            generation = GenerationService(
-                loaded,
-                models,
-                registry,
-                idempotency=IdempotencyStore(
-                    redis_client, ttl_s=loaded.gateway.idempotency_ttl_s, acks=scripts, blocking=waiting_client
-                ),
-                admission=admission,
-                metering=metering,
-                bus=bus,
-                metrics=app.state.metrics,
-                latency_log=LatencyLog.from_environment(os.environ),
+            app.state.services = await stack.enter_async_context(
+                _services(app, loaded, settings, models, backend, registry, clients, source)
             )
-            await bus.start(generation.on_bus_message)
-            stack.push_async_callback(bus.close)
-            templates = ChatTemplates(loaded)
-            app.state.chat_templates = templates  # the chat route's, shared with batch validation
-            intake = BatchIntake(loaded, redis_client, LocalBlobStore(loaded.blob_path), models, templates)
-            servers = ServerRegistry(redis_client, loaded.fleet.dead_after_s)
-            open_console(app, loaded, redis_client, keys, source)  # its reads: the same stores
-            app.state.services = Services(
-                loaded, models, backend, registry, generation, admission, intake, servers, redis_client
-            )
-            door = contextlib.AsyncExitStack()  # closed first: its calls end before what they use
-            if settings.grpc_port is not None:  # the gRPC front door, on this worker's services
-                from gateway.grpc_door.server import serving_door  # tritonclient is heavy: only here
-
-                await door.enter_async_context(
-                    serving_door(
-                        loaded, settings.host or loaded.gateway.host, settings.grpc_port,
-                        services=app.state.services, keys=keys, slots=edge.slots,
-                        metrics=app.state.metrics, workers=settings.workers,
-                    )
-                )  # fmt: skip
+            open_console(app, loaded, clients.commands, keys, source)  # its reads: the same stores
+            if settings.grpc_port is not None:  # closed first: its calls end before what they use
+                await stack.enter_async_context(_grpc_door(loaded, settings, app, keys, edge.slots))
             if settings.freeze_heap:  # what start-up built lives as long as the worker: out of full GCs
                 freeze_startup_heap()
-            try:
-                yield
-            finally:
-                await door.aclose()
-                del app.state.services
-                await registry.close()
-                await backend.close()
-                await redis_client.aclose()
-                await waiting_client.aclose()
-                if catalog is None:
-                    models.close()
+            yield
 
     app = FastAPI(title="Switchyard gateway", version="0.1.0", lifespan=lifespan)
     app.state.settings = settings
@@ -200,3 +145,90 @@ def create_app(
     app.include_router(api_router)
     install_console(app)  # /console: pages over a session cookie (gateway/console/)
     return app
+
+
+@dataclass(frozen=True, slots=True)
+class RedisClients:
+    """A worker's two bounded pools (config/redis_client.py): `commands` for short commands,
+    `waiting` for the reads that wait (the request bus's subscription, followers' XREADs), so
+    waiting never holds a connection a request's claim or lease needs."""
+
+    commands: redis.Redis
+    waiting: redis.Redis
+
+
+@contextlib.asynccontextmanager
+async def _redis_clients(config: SwitchyardConfig) -> AsyncIterator[RedisClients]:
+    """Short timeouts and no retries: a Redis outage is a quick 503, not a hung request."""
+    limits = {"socket_timeout": 2.0, "socket_connect_timeout": 2.0, "retry_on_timeout": False}
+    commands = gateway_redis_client(config, "gateway", **limits)
+    waiting = gateway_redis_client(config, "gateway", max_connections=WAITING_CONNECTIONS, **limits)
+    try:
+        yield RedisClients(commands, waiting)
+    finally:
+        await commands.aclose()
+        await waiting.aclose()
+
+
+def _install_keys(app: FastAPI, config: SwitchyardConfig, client: redis.Redis) -> KeyCache:
+    """The worker's one key cache, every door's (a key looked up in Redis at most once per
+    `gateway.key_cache_s`)."""
+    key_store = KeyStore(client, config.teams, load_admin_key_hash(config.var_path))
+    keys = KeyCache(key_store, config.gateway.key_cache_s)
+    install_auth(app, keys)
+    return keys
+
+
+@contextlib.asynccontextmanager
+async def _services(
+    app: FastAPI,
+    config: SwitchyardConfig,
+    settings: GatewaySettings,
+    models: ModelCatalog,
+    backend: GenerationBackend,
+    registry: RequestRegistry,
+    clients: RedisClients,
+    capacity: CapacitySource,
+) -> AsyncIterator[Services]:
+    """What the routes and the gRPC door run on: generation (claims, admission, metering, the
+    request bus), batch intake and the server registry."""
+    # Every script call of this worker's requests (claims, leases, final records, usage)
+    # coalesced into pipelines: a few connections whatever is in flight, and in sentinel
+    # mode one WAIT for a replica's hold of a whole batch.
+    scripts = BatchedScripts(ReplicaAcks.from_settings(config.redis))
+    metering = install_metering(app, UsageMeter(clients.commands, scripts))
+    bus = RequestBus(clients.waiting)
+    admission = Admission(config, clients.commands, capacity, scripts=scripts)
+    idempotency = IdempotencyStore(
+        clients.commands, ttl_s=config.gateway.idempotency_ttl_s, acks=scripts, blocking=clients.waiting
+    )
+    latency_log = None if settings.latency_log is None else LatencyLog(settings.latency_log)
+    generation = GenerationService(
+        config, models, registry, idempotency=idempotency, admission=admission, metering=metering, bus=bus,
+        metrics=app.state.metrics, latency_log=latency_log,
+    )  # fmt: skip
+    await bus.start(generation.on_bus_message)
+    templates = ChatTemplates(config)
+    app.state.chat_templates = templates  # the chat route's, shared with batch validation
+    intake = BatchIntake(config, clients.commands, LocalBlobStore(config.blob_path), models, templates)
+    servers = ServerRegistry(clients.commands, config.fleet.dead_after_s)
+    try:
+        yield Services(config, models, backend, registry, generation, admission, intake, servers, clients.commands)
+    finally:
+        del app.state.services
+        await bus.close()
+
+
+@contextlib.asynccontextmanager
+async def _grpc_door(
+    config: SwitchyardConfig, settings: GatewaySettings, app: FastAPI, keys: KeyCache, slots: KeySlots
+) -> AsyncIterator[None]:
+    """The gRPC front door on this worker's services."""
+    from gateway.grpc_door.server import serving_door  # tritonclient is heavy: only here
+
+    assert settings.grpc_port is not None
+    async with serving_door(
+        config, settings.host or config.gateway.host, settings.grpc_port,
+        services=app.state.services, keys=keys, slots=slots, metrics=app.state.metrics, workers=settings.workers,
+    ):  # fmt: skip
+        yield

@@ -38,6 +38,8 @@ class GatewaySettings(BaseSettings):
     sse_heartbeat_s: Annotated[float, Field(gt=0)] = 15.0
     # How long a cancel waits for the backend to end the stream before cancelling the task.
     cancel_grace_s: Annotated[float, Field(ge=0)] = 2.0
+    # A line of stamps per request this process runs (docs/latency.md); None: none.
+    latency_log: Path | None = None
     # prometheus-client's own variable (no SWITCHYARD_ prefix), set by `serve()` for its workers:
     # the folder where every worker writes its metrics and /metrics reads them all
     # (serving/metrics_registry.py). None: one process, its own registry.

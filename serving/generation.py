@@ -45,9 +45,10 @@ from contracts.prompt_context import check_context, encode_prompt
 from contracts.schemas import GenerateBody
 from contracts.token_ids import PackedTokenIds
 from quota.admission import Admission, AdmissionRefused
+from quota.leases import Lease
 from router.block_hashes import DEFAULT_MAX_BLOCKS, prompt_block_hashes
 from serving.delta_records import delta_from_record, logprobs_from_record
-from serving.idempotency import ClaimState, IdempotencyStore, RecordGone, fingerprint
+from serving.idempotency import Claim, ClaimState, IdempotencyStore, RecordGone, fingerprint
 from serving.metering import Metering
 from serving.metrics import GatewayMetrics
 from serving.principal import Principal, require_model_access
@@ -114,6 +115,35 @@ def generation_input(body: GenerateBody, door: str = "http", *, stream: bool | N
     )
 
 
+@dataclass(frozen=True, slots=True)
+class CheckedRequest:
+    """A request past every check that needs no claim: whose it is, under which id, on which
+    pool, and what its prompt tokenized to."""
+
+    model: ServedModel
+    team_id: str
+    public_id: str  # the caller's id (or one made for it)
+    scoped: str  # the id per team (`scoped_id`), the registry's and the servers' key
+    request_class: RequestClass
+    pool_id: str
+    prompt_ids: list[int]
+    max_tokens: int
+    keep_s: int | None  # how long its result is kept for repeats (None: not kept)
+
+    @property
+    def prompt_tokens(self) -> int:
+        return len(self.prompt_ids)
+
+
+def admission_refusal(refused: AdmissionRefused) -> ApiError:
+    """The answer to a refused admission: 429 (a share or rate), 503 (no room), 413."""
+    headers = {"Retry-After": str(refused.retry_after_s)} if refused.retry_after_s is not None else None
+    status_type = {429: "rate_limit_error", 503: "service_unavailable", 413: "request_too_large"}
+    return ApiError(
+        refused.status, status_type.get(refused.status, "rate_limit_error"), refused.message, refused.param, headers
+    )
+
+
 def body_digest(body: GenerateBody) -> str:
     """The fingerprint a repeat of the body's `request_id` must match (its id and `stream` aside)."""
     return fingerprint(body.model_dump(mode="json", by_alias=True, exclude={"request_id", "stream"}))
@@ -167,36 +197,62 @@ class GenerationService:
         """A running (or replayed) generation for this team's request; `digest` fingerprints
         the body, so a repeated id with another body is refused."""
         started = time.time()  # wall clock, to line up with the servers' stamps (latency_log)
+        checked = await self._check(principal, inp)
+        local = self._registry.get(checked.scoped)  # read before the claim's await
+        claim = await self._idempotency.claim(checked.team_id, checked.public_id, digest)
+        if claim.state is ClaimState.CONFLICT:
+            raise request_conflict(checked.public_id, "was already used with a different body; send a new request_id")
+        if claim.state not in (ClaimState.NEW, ClaimState.RESUME):
+            return self._existing(checked, claim, local, inp.stream)
+        # A generation of this id that failed after some tokens: this one resumes it.
+        resumed = claim.result if claim.state is ClaimState.RESUME else None
+        lease = await self._admit(checked, resumed)
+        return await self._run(checked, inp, lease, resumed, started)
+
+    async def _check(self, principal: Principal, inp: GenerationInput) -> CheckedRequest:
+        """Every refusal that needs no claim: the model (404), the team's access (403), the
+        context (400), the grammar (400), the pool. All before the claim: a refusal after it
+        would leave the id claimed with nothing running."""
         model = self.model(inp.model)
         team_id = require_model_access(principal, principal.team, inp.model)
         assert principal.team is not None
-        request_class = inp.request_class or principal.team.default_class
         prompt_ids = await encode_prompt(model, inp.prompt)
-        prompt_tokens = len(prompt_ids)
-        check_context(model, prompt_tokens, inp.max_tokens)
+        check_context(model, len(prompt_ids), inp.max_tokens)
         if inp.guided_grammar is not None:
             await self._check_grammar(inp.guided_grammar, inp.grammar_param)
         public_id = inp.request_id or uuid.uuid4().hex
-        scoped = scoped_id(team_id, public_id)
-        # Before the claim: a refusal after it would leave the id claimed with nothing running.
-        pool_id = self._pool_for(model.model_id)
+        request_class = inp.request_class or principal.team.default_class
+        return CheckedRequest(
+            model=model,
+            team_id=team_id,
+            public_id=public_id,
+            scoped=scoped_id(team_id, public_id),
+            request_class=request_class,
+            pool_id=self._pool_for(model.model_id),
+            prompt_ids=prompt_ids,
+            max_tokens=inp.max_tokens,
+            keep_s=self._keep_s(inp.request_id, request_class),
+        )
 
-        local = self._registry.get(scoped)
-        claim = await self._idempotency.claim(team_id, public_id, digest)
-        if claim.state is ClaimState.CONFLICT:
-            raise request_conflict(public_id, "was already used with a different body; send a new request_id")
-        if claim.state not in (ClaimState.NEW, ClaimState.RESUME):
-            if local is not None:  # running in this process: one more reader of it
-                local.streamed = local.streamed or inp.stream
-                return local
-            if claim.state is ClaimState.DONE and claim.result is not None:
-                return self._registry.attach(scoped, public_id, model.model_id, _stored(claim.result, 0))
-            replay = self._replay(team_id, public_id, BusMessage.ATTACH, self._attach_idle_timeout_s)
-            return self._registry.attach(scoped, public_id, model.model_id, replay)
+    def _existing(
+        self, checked: CheckedRequest, claim: Claim, local: InflightRequest | None, stream: bool
+    ) -> InflightRequest:
+        """The request already claimed under this id: running here (one more reader of it),
+        done (its stored result), or running elsewhere (followed through its owner's mirror)."""
+        if local is not None:
+            local.streamed = local.streamed or stream
+            return local
+        if claim.state is ClaimState.DONE and claim.result is not None:
+            return self._registry.attach(
+                checked.scoped, checked.public_id, checked.model.model_id, _stored(claim.result, 0)
+            )
+        replay = self._replay(checked.team_id, checked.public_id, BusMessage.ATTACH, self._attach_idle_timeout_s)
+        return self._registry.attach(checked.scoped, checked.public_id, checked.model.model_id, replay)
 
-        # A generation of this id that failed after some tokens: this one resumes it.
-        resumed = claim.result if claim.state is ClaimState.RESUME else None
-        keep_s = self._keep_s(inp.request_id, request_class)
+    async def _admit(self, checked: CheckedRequest, resumed: dict[str, Any] | None) -> Lease:
+        """A lease on the request's KV (prompt + max_tokens); a refusal (429 / 503 / 413) lets
+        the claim go first, so a retry with this id may run."""
+        team_id, public_id = checked.team_id, checked.public_id
 
         async def release_claim() -> None:
             """Nothing will run under the id: free it for a retry (or leave it to be resumed)."""
@@ -204,12 +260,14 @@ class GenerationService:
                 await self._idempotency.forget(team_id, public_id)
             else:
                 await self._idempotency.record_final(
-                    team_id, public_id, resumed, keep_s=keep_s, followed=False, resumable=True
+                    team_id, public_id, resumed, keep_s=checked.keep_s, followed=False, resumable=True
                 )
 
         admitting = time.monotonic()
         try:
-            lease = await self._admission.admit(team_id, pool_id, prompt_tokens + inp.max_tokens, request_class)
+            lease = await self._admission.admit(
+                team_id, checked.pool_id, checked.prompt_tokens + checked.max_tokens, checked.request_class
+            )
         except redis.RedisError:
             # Redis went away between the claim and admission (the gateway answers 503): nothing
             # will run under the id, so it is let go once Redis answers again, for the retry the
@@ -217,57 +275,75 @@ class GenerationService:
             self._in_background(until_reachable(release_claim, what="a claim's release"))
             raise
         except AdmissionRefused as refused:
-            self._observe_admission(pool_id, request_class, admitting)
-            await release_claim()  # a retry with this id may run
-            headers = {"Retry-After": str(refused.retry_after_s)} if refused.retry_after_s is not None else None
-            status_type = {429: "rate_limit_error", 503: "service_unavailable", 413: "request_too_large"}
-            raise ApiError(
-                refused.status, status_type.get(refused.status, "rate_limit_error"), refused.message,
-                refused.param, headers,
-            ) from None  # fmt: skip
-        self._observe_admission(pool_id, request_class, admitting)
-        admitted = time.time()
-        block_size = self._config.pools[pool_id].engine.block_size
+            self._observe_admission(checked.pool_id, checked.request_class, admitting)
+            await release_claim()
+            raise admission_refusal(refused) from None
+        self._observe_admission(checked.pool_id, checked.request_class, admitting)
+        return lease
+
+    async def _run(
+        self,
+        checked: CheckedRequest,
+        inp: GenerationInput,
+        lease: Lease,
+        resumed: dict[str, Any] | None,
+        started: float,
+    ) -> InflightRequest:
+        """The admitted request handed to the registry, with the lifecycle that ends it."""
         carried = list(stored_deltas(resumed or {}, 0))
-        request = GenerationRequest(
-            request_id=scoped,
-            model_id=model.model_id,
+        request = self._generation_request(checked, inp, lease, resumed, carried)
+        lifecycle = RequestLifecycle(
+            self._idempotency, self._admission, self._metering, checked.team_id, checked.public_id,
+            checked.request_class, lease, keep_s=checked.keep_s, door=inp.door,
+            stamps=None if self._latency_log is None else LatencyStamps(self._latency_log, started, time.time()),
+            billed_before=int((resumed or {}).get("billed_tokens", 0)),
+        )  # fmt: skip
+        try:
+            entry = self._registry.start(request, checked.prompt_tokens, public_id=checked.public_id, hooks=lifecycle)
+        except RequestIdInUse:
+            await self._admission.release(lease)
+            raise request_conflict(checked.public_id, "is already in flight; wait for it to end") from None
+        entry.streamed = inp.stream  # before its pump first runs, so before it can end
+        entry.carry(carried, entry.started_at)  # a resumed reply starts with what it had
+        lifecycle.keep_lease_alive(entry)
+        return entry
+
+    def _generation_request(
+        self,
+        checked: CheckedRequest,
+        inp: GenerationInput,
+        lease: Lease,
+        resumed: dict[str, Any] | None,
+        carried: list[GenerationDelta],
+    ) -> GenerationRequest:
+        """What goes to the servers: the prompt as token ids (not tokenized twice), the team's
+        cache namespace and block hashes, and the tokens a resumed reply already carries."""
+        block_size = self._config.pools[checked.pool_id].engine.block_size
+        return GenerationRequest(
+            request_id=checked.scoped,
+            model_id=checked.model.model_id,
             prompt=inp.prompt,
             max_tokens=inp.max_tokens,
             stop=inp.stop,
             # Borrowed capacity runs at bulk priority: the first the engine preempts when
             # owners return.
-            request_class="bulk" if lease.borrowed else request_class,
+            request_class="bulk" if lease.borrowed else checked.request_class,
             temperature=inp.temperature,
             top_p=inp.top_p,
             top_k=inp.top_k,
             seed=request_seed(inp, resumed),
             ignore_eos=inp.ignore_eos,
-            cache_namespace=team_id,
-            # Sent in the prompt's place: the server does not tokenize it a second time.
-            prompt_token_ids=PackedTokenIds.pack(prompt_ids),
-            prompt_tokens=prompt_tokens,
-            prefix_block_hashes=tuple(prompt_block_hashes(prompt_ids, block_size, team_id, DEFAULT_MAX_BLOCKS)),
+            cache_namespace=checked.team_id,
+            prompt_token_ids=PackedTokenIds.pack(checked.prompt_ids),
+            prompt_tokens=checked.prompt_tokens,
+            prefix_block_hashes=tuple(
+                prompt_block_hashes(checked.prompt_ids, block_size, checked.team_id, DEFAULT_MAX_BLOCKS)
+            ),
             guided_grammar=inp.guided_grammar,
             logprobs=inp.logprobs,
             prompt_logprobs=inp.prompt_logprobs,
             resume_token_ids=tuple(token for delta in carried for token in delta.token_ids),
         )
-        lifecycle = RequestLifecycle(
-            self._idempotency, self._admission, self._metering, team_id, public_id, request_class, lease,
-            keep_s=keep_s, door=inp.door,
-            stamps=None if self._latency_log is None else LatencyStamps(self._latency_log, started, admitted),
-            billed_before=int((resumed or {}).get("billed_tokens", 0)),
-        )  # fmt: skip
-        try:
-            entry = self._registry.start(request, prompt_tokens, public_id=public_id, hooks=lifecycle)
-        except RequestIdInUse:
-            await self._admission.release(lease)
-            raise request_conflict(public_id, "is already in flight; wait for it to end") from None
-        entry.streamed = inp.stream  # before its pump first runs, so before it can end
-        entry.carry(carried, entry.started_at)  # a resumed reply starts with what it had
-        lifecycle.keep_lease_alive(entry)
-        return entry
 
     async def cancel(self, principal: Principal, public_id: str) -> InflightRequest | None:
         """Cancel a team's request wherever it runs and return it as it ended; None when the

@@ -1,28 +1,36 @@
 """The gateway's line in the latency log (docs/latency.md): written per request when
-`SWITCHYARD_LATENCY_LOG` names a file, with its stamps in the order they happen."""
+`SWITCHYARD_LATENCY_LOG` (GatewaySettings.latency_log) names a file, with its stamps in the
+order they happen."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
-from fastapi import FastAPI
 
 from contracts.latency_log import LATENCY_LOG_ENV
+from gateway.settings import GatewaySettings
+from quota.capacity import StaticCapacity
+
+from .conftest import FakeBackend, build_app
 
 
 async def test_a_request_leaves_one_gateway_line_with_ordered_stamps(
-    make_app: Callable[[Any], FastAPI], backend: Any, team_key: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    settings: GatewaySettings,
+    capacity: StaticCapacity,
+    admin_key: str,
+    backend: FakeBackend,
+    team_key: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     log = tmp_path / "latency.jsonl"
-    monkeypatch.setenv(LATENCY_LOG_ENV, str(log))
-    app = make_app(backend)
+    monkeypatch.setenv(LATENCY_LOG_ENV, str(log))  # as a process reads it, with its other settings
+    app = build_app(GatewaySettings(config=settings.config), backend, capacity)
     before = time.time()
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
