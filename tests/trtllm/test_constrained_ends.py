@@ -5,17 +5,13 @@ and ends it GRAMMAR_FAILED unless its text is complete, as the CPU engine does."
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-from types import ModuleType
-
 import pytest
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
 from engine.engine_loop import RequestStream
 from engine.grammar import GrammarCompiler
 from engine.request import EngineRequest, FinishReason, RequestOutput, SamplingParams
+from tests.trtllm.fake_llm import FakeLLM
 from trtllm.engine_loop import EngineLimits, LlmApiEngineLoop
 
 TIMEOUT_S = 10.0
@@ -25,17 +21,6 @@ LIMITS = EngineLimits(
 )
 GRAMMAR = 'start: %json {"type":"object","properties":{"a":{"type":"integer"}},"required":["a"]}'
 PROMPT = (1, 2)
-
-
-def _fake_llm() -> ModuleType:
-    """tests/trtllm/fake_llm.py, loaded by path (pytest runs in importlib mode)."""
-    name = "trtllm_tests_fake_llm"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("fake_llm.py"))
-        assert spec is not None and spec.loader is not None
-        sys.modules[name] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(sys.modules[name])
-    return sys.modules[name]
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +51,7 @@ def serve(reply: list[int], grammars: GrammarCompiler | None) -> list[RequestOut
         return reply[done] if done < len(reply) else END_ID
 
     loop = LlmApiEngineLoop(
-        _fake_llm().FakeLLM(vocab_size=LIMITS.vocab_size, next_token=next_token),
+        FakeLLM(vocab_size=LIMITS.vocab_size, next_token=next_token),
         dict,
         LIMITS,
         stats_interval_s=0.01,

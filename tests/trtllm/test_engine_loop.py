@@ -3,13 +3,9 @@ sequences, validation, failures, shutdown and stats; then behind the real Engine
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import replace
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -20,21 +16,9 @@ from bls.tensors import DictTensorSource, Outputs
 from engine.engine_loop import RequestStream
 from engine.request import EngineRequest, FinishReason, RequestClass, RequestOutput, SamplingParams
 from engine.stats import EngineStats
+from tests.trtllm.fake_llm import FakeLLM
 from trtllm.engine_loop import EngineLimits, LlmApiEngineLoop
 
-
-def _load_fake_llm() -> ModuleType:
-    """tests/trtllm/fake_llm.py, loaded by path (pytest runs in importlib mode)."""
-    name = "trtllm_tests_fake_llm"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("fake_llm.py"))
-        assert spec is not None and spec.loader is not None
-        sys.modules[name] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(sys.modules[name])
-    return sys.modules[name]
-
-
-FakeLLM = _load_fake_llm().FakeLLM
 TIMEOUT_S = 10.0
 INTERACTIVE, BULK = RequestClass.INTERACTIVE, RequestClass.BULK
 # Batch of 8: bulk leaves max(1, 8 // 8) = 1 slot to people when the executor has no priorities.
