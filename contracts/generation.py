@@ -17,11 +17,10 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Protocol
 
+from contracts.service_tier import RequestClass
 from contracts.token_ids import PackedTokenIds
-
-RequestClass = Literal["interactive", "bulk"]
 
 # Values of the `llm` model's `finish_reason` output (docs/tensors.md): engine.request.FinishReason's.
 FINISH_REASONS = frozenset({"stop", "length", "cancelled", "aborted", "grammar_failed"})
@@ -85,6 +84,9 @@ class GenerationRequest:
     # None: not computed. A resumed reply's prompt log-probabilities were sent by the first server.
     logprobs: int | None = None
     prompt_logprobs: int | None = None
+    # The caller's target for its first token, in ms from arrival (`x-slo-ttft-ms`): a server
+    # orders waiting work within a class by it (earliest deadline first); None: no target.
+    slo_ttft_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

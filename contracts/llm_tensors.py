@@ -133,6 +133,9 @@ CACHE_NAMESPACE = LlmInput("cache_namespace", "BYTES", np.object_, request_field
 GUIDED_GRAMMAR = LlmInput("guided_grammar", "BYTES", np.object_, request_field="guided_grammar", gateway_only=True)
 LOGPROBS = LlmInput("logprobs", "INT32", np.int32, request_field="logprobs", gateway_only=True)
 PROMPT_LOGPROBS = LlmInput("prompt_logprobs", "INT32", np.int32, request_field="prompt_logprobs", gateway_only=True)
+# The caller's first-token target in ms from arrival (`x-slo-ttft-ms`): the server orders waiting
+# work within its class by the deadline it makes (earliest first).
+SLO_TTFT_MS = LlmInput("slo_ttft_ms", "INT32", np.int32, request_field="slo_ttft_ms")
 
 # In config.pbtxt's order.
 LLM_INPUTS: tuple[LlmInput, ...] = (
@@ -152,6 +155,7 @@ LLM_INPUTS: tuple[LlmInput, ...] = (
     GUIDED_GRAMMAR,
     LOGPROBS,
     PROMPT_LOGPROBS,
+    SLO_TTFT_MS,
 )
 
 INVALID_INPUT_PREFIX = "invalid input: "
