@@ -2,20 +2,25 @@
 `autoscaler/signals.py` (the simulator builds the same records from its own state).
 
     registry (Redis)         ─▶ ready / starting / draining servers per pool
-    each server's /metrics   ─▶ KV in use and requests waiting (ready servers), interactive
-                                requests in the engines (ready and draining)
-    usage buckets (Redis)    ─▶ interactive requests ended since the last read (every gateway)
-    gateway /metrics         ─▶ time to first token p99 since the last read (`TtftWindow`)
+    each server's /metrics   ─▶ KV in use and requests waiting (ready servers), requests in
+                                the engines per class (ready and draining)
+    usage buckets (Redis)    ─▶ requests ended per class since the last read (every gateway)
+    gateway /metrics         ─▶ the demand classes' time to first token p99 since the last read
+                                (`TtftWindow`)
     batches (Redis)          ─▶ bulk tokens left and deadlines (`BulkBacklog`)
 
-Interactive arrivals per second between two reads:
+Arrivals per second between two reads, for each interactive-shaped class (priority,
+interactive, flex; the policies start servers for the first two only, `demand_classes.py`):
 
-    rate = (ended + Δ interactive requests in the engines) / Δt
+    rate(class) = (ended(class) + Δ requests of the class in the engines) / Δt
 
 Requests are counted when they end (usage is metered then); adding the change in what the
 engines hold counts the ones that arrived and have not ended yet, so a ramp shows at once
 rather than one reply-length later. A model served by several pools splits its count by the
-pools' ready servers. The first read has nothing to difference against: its rate is 0.
+pools' ready servers. The first read has nothing to difference against: its rates are 0.
+
+The engines export their waiting requests without a class, so live `waiting_requests` counts
+flex (and bulk) queued in an engine too; the simulator counts the demand classes only.
 """
 
 from __future__ import annotations
@@ -25,29 +30,50 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
 from autoscaler.bulk_backlog import BulkBacklog
 from autoscaler.signals import BulkDemand, PoolSignals
 from autoscaler.ttft_window import TtftWindow
-from autoscaler.usage_rates import EndedRequests
+from autoscaler.usage_rates import EndedCounts, EndedRequests
 from config.settings import SwitchyardConfig
-from contracts.engine_metrics import EngineHealth, parse_engine_health, parse_kv_cache
+from contracts.engine_metrics import EngineHealth, parse_engine_health
+from contracts.metric_names import CLASS_METRIC
+from contracts.service_tier import INTERACTIVE_SHAPED, REQUEST_CLASSES, RequestClass
 from fleet_state.registry import ServerInfo, ServerRegistry
 from fleet_state.server_state import ServerState
 
 _SCRAPE_TIMEOUT_S = 2.0
+# The classes that arrive as a rate, highest first (bulk comes in batches: `BulkBacklog`).
+RATE_CLASSES: tuple[RequestClass, ...] = tuple(c for c in REQUEST_CLASSES if c in INTERACTIVE_SHAPED)
 
 
 @dataclass(frozen=True, slots=True)
 class ServerScrape:
-    """One server's engine gauges, and the interactive requests its engines hold."""
+    """One server's engine gauges, and the requests its engines hold per class."""
 
     health: EngineHealth
-    interactive: int
+    requests: dict[RequestClass, int]
 
 
 def parse_server_scrape(metrics_text: str) -> ServerScrape:
-    return ServerScrape(parse_engine_health(metrics_text), parse_kv_cache(metrics_text).interactive_requests)
+    return ServerScrape(parse_engine_health(metrics_text), engine_requests_by_class(metrics_text))
+
+
+def engine_requests_by_class(metrics_text: str) -> dict[RequestClass, int]:
+    """Requests in the engines (admitted or waiting) per class, from `switchyard_engine_requests`
+    (a class the server does not export: absent). Only that family's lines are parsed."""
+    classes: dict[str, RequestClass] = {c: c for c in REQUEST_CLASSES}
+    lines = "\n".join(
+        line for line in metrics_text.splitlines() if line.startswith((f"{CLASS_METRIC}{{", f"{CLASS_METRIC} "))
+    )
+    counts: dict[RequestClass, int] = {}
+    for family in text_string_to_metric_families(lines + "\n"):
+        for sample in family.samples:
+            request_class = classes.get(sample.labels.get("request_class", ""))
+            if sample.name == CLASS_METRIC and request_class is not None:
+                counts[request_class] = counts.get(request_class, 0) + int(sample.value)
+    return counts
 
 
 class LiveSignals:
@@ -70,7 +96,8 @@ class LiveSignals:
         self._backlog = backlog
         self._http = http
         self._ttft = {url: TtftWindow() for url in gateway_metrics_urls}
-        self._interactive: dict[str, int] = {}  # pool -> interactive requests in its engines at the last read
+        # pool -> requests per class in its engines at the last read
+        self._in_engines: dict[str, dict[RequestClass, int]] = {}
         self._last_at: float | None = None
 
     async def read(self, now: float) -> dict[str, PoolSignals]:
@@ -98,7 +125,7 @@ class LiveSignals:
         mine: list[ServerInfo],
         servers: list[ServerInfo],
         by_server: dict[str, ServerScrape | None],
-        ended: dict[str, int] | None,
+        ended: EndedCounts | None,
         elapsed: float | None,
         now: float,
         bulk: dict[str, tuple[BulkDemand, ...]],
@@ -108,18 +135,19 @@ class LiveSignals:
         healths = [r.health for r in ready if r is not None]
         capacity = sum(h.capacity_tokens for h in healths)
         used = sum(h.capacity_tokens - h.free_tokens for h in healths)
-        interactive = sum(
-            scrape.interactive
-            for s in mine
-            if (scrape := by_server.get(s.server_id)) is not None
-        )  # fmt: skip
+        scrapes = [scrape for s in mine if (scrape := by_server.get(s.server_id)) is not None]
+        in_engines = {c: sum(scrape.requests.get(c, 0) for scrape in scrapes) for c in RATE_CLASSES}
         model_id = self._config.pools[pool_id].model_id
-        rate = 0.0
+        rates = dict.fromkeys(RATE_CLASSES, 0.0)
+        before = self._in_engines.get(pool_id, in_engines)
         if ended is not None and elapsed is not None:
-            arrived = ended.get(model_id, 0) * self._share(pool_id, model_id, servers)
-            arrived += interactive - self._interactive.get(pool_id, interactive)
-            rate = max(0.0, arrived / elapsed)
-        self._interactive[pool_id] = interactive
+            share = self._share(pool_id, model_id, servers)
+            ended_here = ended.get(model_id, {})
+            for request_class in RATE_CLASSES:
+                arrived = ended_here.get(request_class, 0) * share
+                arrived += in_engines[request_class] - before[request_class]
+                rates[request_class] = max(0.0, arrived / elapsed)
+        self._in_engines[pool_id] = in_engines
         ttfts = [p for window in self._ttft.values() if (p := window.p99([model_id])) is not None]
         return PoolSignals(
             pool_id=pool_id,
@@ -127,7 +155,7 @@ class LiveSignals:
             ready=states.count(ServerState.READY),
             starting=states.count(ServerState.STARTING),
             draining=states.count(ServerState.DRAINING),
-            interactive_rate=rate,
+            arrival_rates=rates,
             kv_used_fraction=used / capacity if capacity > 0 else 0.0,
             waiting_requests=sum(h.waiting for h in healths),
             ttft_p99_s=max(ttfts, default=None),

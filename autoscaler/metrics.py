@@ -3,9 +3,11 @@
 
     switchyard_autoscaler_target_copies{pool}              the target last set
     switchyard_autoscaler_servers{pool,state}              ready / starting / draining seen
-    switchyard_autoscaler_signal{pool,signal}              interactive_rate, kv_used_fraction,
-                                                           waiting_requests, ttft_p99_seconds,
-                                                           bulk_tokens_left
+    switchyard_autoscaler_signal{pool,signal}              demand_rate (priority + interactive),
+                                                           arrival_rate_<class> (each class
+                                                           that arrives as a rate, flex included),
+                                                           kv_used_fraction, waiting_requests,
+                                                           ttft_p99_seconds, bulk_tokens_left
     switchyard_autoscaler_decision_part{pool,part}         the decision's `parts` (the policy's
                                                            interactive need, bulk need, ...)
     switchyard_autoscaler_decisions_total{pool,direction}  up / down / hold
@@ -64,8 +66,9 @@ class AutoscalerMetrics:
         self.target.labels(pool).set(decision.target)
         for state, count in (("ready", signals.ready), ("starting", signals.starting), ("draining", signals.draining)):
             self.servers.labels(pool, state).set(count)
-        values = {
-            "interactive_rate": signals.interactive_rate,
+        values: dict[str, float] = {
+            "demand_rate": signals.demand_rate,
+            **{f"arrival_rate_{cls}": rate for cls, rate in signals.arrival_rates.items()},
             "kv_used_fraction": signals.kv_used_fraction,
             "waiting_requests": float(signals.waiting_requests),
             "bulk_tokens_left": float(sum(b.tokens_left for b in signals.bulk)),

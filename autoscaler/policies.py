@@ -4,10 +4,12 @@
 runs beside it. None does I/O or reads a clock (time is `signals.now`), so the live service and
 the simulator drive the very same objects. One object per pool: each remembers its pool's hold.
 
-How `Autoscaler` counts one pool's need, every interval:
+How `Autoscaler` counts one pool's need, every interval (the four classes' parts in it:
+`autoscaler/demand_classes.py`):
 
-    interactive  peak forecast over [now, now + startup + interval] (a server started now helps
-                 only after startup), through Little's law:
+    interactive  peak forecast of the demand classes' rate (priority + interactive; flex never
+                 starts a server) over [now, now + startup + interval] (a server started now
+                 helps only after startup), through Little's law:
                      load = rate × avg_request_s / requests      (full servers' worth)
                      interactive = load / target_kv_fraction
     bulk         the fewest servers that meet every deadline, earliest first, beside the
@@ -63,7 +65,7 @@ class Autoscaler:
         """Record the pool's rate, count its need (module docstring) and pace it into a target."""
         self._pool.check(signals.pool_id)
         spec, capacity = self._spec, self._capacity
-        self._profile.record(signals.now, signals.interactive_rate)
+        self._profile.record(signals.now, signals.demand_rate)
         look_ahead_s = spec.startup_s + spec.interval_s
         peak = self._profile.peak(signals.now, look_ahead_s)
         load = interactive_load(peak.rate, capacity)
@@ -96,7 +98,7 @@ class Autoscaler:
         need = max(base + headroom, floor.servers, soak)
         paced = self._pacer.pace(now=signals.now, current=signals.current, starting=signals.starting, need=need)
         parts = {
-            "rate_now": signals.interactive_rate,
+            "rate_now": signals.demand_rate,
             "forecast_rate": peak.rate,
             "forecast_after_s": peak.after_s,
             "interactive_load": load,
@@ -156,9 +158,9 @@ class ReactiveAutoscaler:
     def decide(self, signals: PoolSignals) -> ScalingDecision:
         self._pool.check(signals.pool_id)
         spec = self._spec
-        load = interactive_load(signals.interactive_rate, self._capacity)
+        load = interactive_load(signals.demand_rate, self._capacity)
         interactive = _ceil(load / spec.target_kv_fraction)
-        reasons = [f"current {signals.interactive_rate:.0f} req/s needs {interactive}"]
+        reasons = [f"current {signals.demand_rate:.0f} req/s needs {interactive}"]
         headroom = spec.headroom_servers if interactive > 0 else 0
         if headroom:
             reasons.append(f"headroom: +{headroom} for a failed server")
@@ -172,7 +174,7 @@ class ReactiveAutoscaler:
         need = max(interactive + headroom, floor.servers)
         paced = self._pacer.pace(now=signals.now, current=signals.current, starting=signals.starting, need=need)
         parts = {
-            "rate_now": signals.interactive_rate,
+            "rate_now": signals.demand_rate,
             "interactive_load": load,
             "interactive_servers": float(interactive),
             "floor_servers": float(floor.servers),

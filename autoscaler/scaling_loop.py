@@ -125,13 +125,13 @@ class AutoscalerService:
         changed = previous is None or previous.target != decision.target or previous.reasons != decision.reasons
         logger.log(
             logging.INFO if changed else logging.DEBUG,
-            "pool %s: target %d (ready %d, starting %d, draining %d, %.2f req/s): %s",
+            "pool %s: target %d (ready %d, starting %d, draining %d, %.2f req/s of demand): %s",
             pool_id,
             decision.target,
             signals.ready,
             signals.starting,
             signals.draining,
-            signals.interactive_rate,
+            signals.demand_rate,
             "; ".join(decision.reasons) or "no change",
         )
         self._last[pool_id] = decision
@@ -147,4 +147,4 @@ class AutoscalerService:
                 )
             )  # fmt: skip
         if self._history is not None:
-            await self._history.append(pool_id, [(now, signals.interactive_rate)], now)
+            await self._history.append(pool_id, [(now, signals.demand_rate)], now)

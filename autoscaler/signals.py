@@ -5,13 +5,18 @@ reading Redis and the servers' metrics) or the simulator (`simulator/`, a simula
     PoolSignals ──▶ ScalingPolicy.decide() ──▶ ScalingDecision (target copies, reasons)
 
 Times are seconds on the caller's clock (Unix time live, simulated time in the simulator); the
-policy never reads a clock of its own.
+policy never reads a clock of its own. Arrivals come per request class; only the demand classes
+(priority, interactive) ask for servers (`autoscaler/demand_classes.py`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
+
+from autoscaler.demand_classes import demand_rate
+from contracts.service_tier import RequestClass
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,23 +42,32 @@ class ServerCapacity:
 
 @dataclass(frozen=True, slots=True)
 class PoolSignals:
-    """One pool's state at `now`, as the autoscaler needs it."""
+    """One pool's state at `now`, as the autoscaler needs it.
+
+    `arrival_rates` holds every class that arrives as a rate (a class absent: none arrived);
+    `waiting_requests` and `ttft_p99_s` are the demand classes' where the source can tell the
+    classes apart (flex waits for room by design: it must not ask for servers)."""
 
     pool_id: str
     now: float
     ready: int  # servers serving
     starting: int  # launched, not ready yet
     draining: int  # finishing their replies; not counted as capacity
-    interactive_rate: float  # interactive requests per second arriving (recent window)
+    arrival_rates: Mapping[RequestClass, float]  # requests per second arriving, per class (recent window)
     kv_used_fraction: float  # KV in use across ready servers (0..1)
-    waiting_requests: int  # queued in the engines, not yet admitted
-    ttft_p99_s: float | None  # recent interactive time to first token, p99 (None: no sample)
+    waiting_requests: int  # queued for room (at the gateway or in the engines), not yet admitted
+    ttft_p99_s: float | None  # recent time to first token of the demand classes, p99 (None: no sample)
     bulk: tuple[BulkDemand, ...] = ()  # the pool's batches with work left
 
     @property
     def current(self) -> int:
         """Copies that are or will be serving: ready plus starting."""
         return self.ready + self.starting
+
+    @property
+    def demand_rate(self) -> float:
+        """Requests per second of the classes servers are started for (priority + interactive)."""
+        return demand_rate(self.arrival_rates)
 
 
 @dataclass(frozen=True, slots=True)

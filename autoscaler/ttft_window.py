@@ -1,9 +1,12 @@
-"""Recent interactive time to first token, p99, from the gateway's Prometheus histogram.
+"""Recent time to first token of the demand classes, p99, from the gateway's Prometheus histogram.
 
 The gateway exports `switchyard_gateway_time_to_first_token_seconds` (cumulative buckets per
-model and class). The p99 of the *recent* requests is read from the difference of two scrapes:
+model and class). Only the classes servers are started for count (priority and interactive,
+`autoscaler/demand_classes.py`): a flex request's first token may wait for room by design, and
+bulk's is paced by its deadline. The p99 of the *recent* requests is read from the difference
+of two scrapes:
 
-    Δbucket(le) = bucket(le)_now − bucket(le)_before      (interactive, the pool's models)
+    Δbucket(le) = bucket(le)_now − bucket(le)_before      (the demand classes summed, the pool's models)
     p99 = the smallest bound `le` with Δbucket(le) ≥ 0.99 · Δcount      (a bucket's upper edge)
 
 A bucket estimate errs upwards by at most one bucket (0.5 s → 1 s), which is the safe side for
@@ -16,23 +19,26 @@ can (a pod each on Kubernetes); see docs/autoscaler.md.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 
 from prometheus_client.parser import text_string_to_metric_families
+
+from autoscaler.demand_classes import DEMAND_CLASSES
 
 TTFT_METRIC = "switchyard_gateway_time_to_first_token_seconds"
 
 Buckets = dict[tuple[str, float], float]  # (model, le) -> cumulative count
 
 
-def parse_ttft_buckets(metrics_text: str, request_class: str = "interactive") -> Buckets:
-    """The cumulative TTFT buckets of one class in a gateway's /metrics text, per model."""
+def parse_ttft_buckets(metrics_text: str, request_classes: Collection[str] = DEMAND_CLASSES) -> Buckets:
+    """The cumulative TTFT buckets of `request_classes`, summed, in a gateway's /metrics text,
+    per model."""
     buckets: Buckets = {}
     for family in text_string_to_metric_families(metrics_text):
         if family.name != TTFT_METRIC:
             continue
         for sample in family.samples:
-            if sample.name == f"{TTFT_METRIC}_bucket" and sample.labels.get("request_class") == request_class:
+            if sample.name == f"{TTFT_METRIC}_bucket" and sample.labels.get("request_class") in request_classes:
                 key = (sample.labels.get("model", ""), float(sample.labels["le"]))
                 buckets[key] = buckets.get(key, 0.0) + sample.value
     return buckets

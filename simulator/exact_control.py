@@ -93,7 +93,7 @@ def signals(world: ExactFleet, now: float) -> PoolSignals:
         ready=len(ready),
         starting=len(world.in_state(ServerState.STARTING)),
         draining=len(world.in_state(ServerState.DRAINING)),
-        interactive_rate=len(world.arrivals) / settings.rate_window_s,
+        arrival_rates={"interactive": len(world.arrivals) / settings.rate_window_s},
         kv_used_fraction=used / capacity if capacity else 0.0,
         waiting_requests=waiting,
         ttft_p99_s=ttft,

@@ -50,7 +50,7 @@ def fluid_signals(fleet: FluidFleet, now: float) -> PoolSignals:
         ready=fleet.servers.ready,
         starting=fleet.servers.starting,
         draining=fleet.servers.draining,
-        interactive_rate=sum(n for _, n in arrivals) / settings.rate_window_s,
+        arrival_rates={"interactive": sum(n for _, n in arrivals) / settings.rate_window_s},
         kv_used_fraction=fleet.kv_used_tokens() / capacity if capacity else 0.0,
         waiting_requests=fleet.num_waiters(),
         ttft_p99_s=ttft,

@@ -33,7 +33,7 @@ def config() -> SwitchyardConfig:
     )
 
 
-def server_metrics(max_blocks: int, free_blocks: int, waiting: int, interactive: int) -> str:
+def server_metrics(max_blocks: int, free_blocks: int, waiting: int, interactive: int, flex: int = 0) -> str:
     labels = 'model="cpu_engine",version="1"'
     return "\n".join(
         [
@@ -43,6 +43,7 @@ def server_metrics(max_blocks: int, free_blocks: int, waiting: int, interactive:
             f'nv_trt_llm_request_metrics{{request_type="active",{labels}}} {interactive}',
             f'nv_trt_llm_request_metrics{{request_type="waiting",{labels}}} {waiting}',
             f'switchyard_engine_requests{{request_class="interactive",{labels}}} {interactive}',
+            f'switchyard_engine_requests{{request_class="flex",{labels}}} {flex}',
             "",
         ]
     )
@@ -109,23 +110,28 @@ async def test_signals_come_from_the_registry_metrics_usage_and_batches(redis_ur
         assert (first.ready, first.starting, first.draining) == (2, 1, 1)
         assert first.kv_used_fraction == 0.25  # (50 + 0) of 200 blocks on the ready servers
         assert first.waiting_requests == 3
-        assert first.interactive_rate == 0.0  # nothing to difference yet
+        assert first.arrival_rates == {"priority": 0.0, "interactive": 0.0, "flex": 0.0}  # nothing to difference yet
         assert first.ttft_p99_s is None
         assert first.bulk == (BulkDemand(3500, deadline),)  # 7 pending × 1,000 tokens, half the model's pools
 
-        # 10 s later: 12 interactive requests of model m ended (and 5 bulk, not counted), and a's
-        # engines hold 2 more interactive ones: a's share is 2 of the model's 3 ready servers.
+        # 10 s later: 12 interactive and 3 priority requests of model m ended (and 5 bulk, not
+        # counted), 6 flex ended; a's engines hold 2 more interactive ones and 3 more flex: a's
+        # share is 2 of the model's 3 ready servers.
         at = datetime.fromtimestamp(NOW + 5, UTC)
-        for _ in range(12):
-            await meter.record(UsageRecord(team_id="t", model_id="m", request_class="interactive"), at)
-        for _ in range(5):
-            await meter.record(UsageRecord(team_id="t", model_id="m", request_class="bulk"), at)
-        pages.pages["http://127.0.0.1:9012/metrics"] = server_metrics(100, 100, waiting=0, interactive=2)
+        for request_class, count in (("interactive", 12), ("priority", 3), ("flex", 6), ("bulk", 5)):
+            for _ in range(count):
+                await meter.record(UsageRecord(team_id="t", model_id="m", request_class=request_class), at)
+        pages.pages["http://127.0.0.1:9012/metrics"] = server_metrics(100, 100, waiting=0, interactive=2, flex=3)
         pages.pages["http://gw/metrics"] = gateway_metrics({0.1: 15, 1.0: 20, float("inf"): 20})
         for server_id in ("a-0", "a-1", "a-2", "a-3", "b-0"):
             await registry.heartbeat(server_id, NOW + 10)
         second = await signals.read(NOW + 10)
-        assert second["a"].interactive_rate == (12 * 2 / 3 + 2) / 10
-        assert second["b"].interactive_rate == (12 * 1 / 3) / 10
+        a, b = second["a"], second["b"]
+        assert a.arrival_rates["interactive"] == (12 * 2 / 3 + 2) / 10
+        assert a.arrival_rates["priority"] == (3 * 2 / 3) / 10
+        assert a.arrival_rates["flex"] == (6 * 2 / 3 + 3) / 10
+        assert a.demand_rate == (15 * 2 / 3 + 2) / 10  # flex asks for no server
+        assert b.arrival_rates["interactive"] == (12 * 1 / 3) / 10
+        assert b.demand_rate == (15 * 1 / 3) / 10
         assert second["a"].ttft_p99_s == 1.0  # 5 of the 10 new first tokens took over 0.1 s
     await client.aclose()

@@ -6,14 +6,17 @@ target a server seats 28 replies, so 2.8 req/s fill one: 280 req/s need 100 serv
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
 
+from autoscaler.demand_classes import DEMAND_CLASSES, SCALING_ROLE
 from autoscaler.load_profile import LoadProfile
 from autoscaler.policies import Autoscaler, ReactiveAutoscaler, StaticFleet
 from autoscaler.signals import BulkDemand, PoolSignals, ServerCapacity
 from config.settings import AutoscalerSpec
+from contracts.service_tier import REQUEST_CLASSES, RequestClass
 
 HOUR = 3_600.0
 DAY = 86_400.0
@@ -42,7 +45,7 @@ def signals(
         ready=ready,
         starting=starting,
         draining=0,
-        interactive_rate=rate,
+        arrival_rates={"interactive": rate},
         kv_used_fraction=kv,
         waiting_requests=waiting,
         ttft_p99_s=ttft,
@@ -96,6 +99,43 @@ def test_the_look_ahead_covers_the_ramp_a_startup_early_and_the_reactive_baselin
     # The reactive policy asks for those 388 only once the load is there, a start-up too late.
     later = signals(now + 495.0, ready=326, rate=1083.25)
     assert reactive.decide(later).target == 388
+
+
+# --- the four classes: priority and interactive start servers, flex never -----------------------
+
+
+def rates(request_class: RequestClass, rate: float) -> PoolSignals:
+    return replace(signals(ready=50), arrival_rates={request_class: rate})
+
+
+@pytest.mark.parametrize("request_class", ["priority", "interactive"])
+def test_the_demand_classes_drive_scale_up(request_class: RequestClass) -> None:
+    assert autoscaler().decide(rates(request_class, 280.0)).target == 101  # as above
+    assert (
+        ReactiveAutoscaler(SPEC, CAPACITY, min_copies=0, max_copies=1000).decide(rates(request_class, 280.0)).target
+        == 101
+    )
+
+
+def test_flex_demand_never_starts_a_server_while_the_same_demand_as_interactive_does() -> None:
+    flex, people = autoscaler(), autoscaler()
+    reactive_flex = ReactiveAutoscaler(SPEC, CAPACITY, min_copies=0, max_copies=1000)
+    for minute in range(30):  # half an hour of 280 req/s on 50 servers, rising
+        now = NOW + 60.0 * minute
+        rate = 280.0 + 10.0 * minute
+        flex_signals = replace(rates("flex", rate), now=now)
+        assert flex.decide(flex_signals).target <= 50
+        assert reactive_flex.decide(flex_signals).target <= 50
+        assert people.decide(replace(rates("interactive", rate), now=now)).target > 100
+    assert flex_signals.demand_rate == 0.0
+
+
+def test_the_demand_rate_adds_priority_and_interactive_only() -> None:
+    mixed = replace(signals(ready=50), arrival_rates={"priority": 30.0, "interactive": 250.0, "flex": 500.0})
+    assert mixed.demand_rate == 280.0
+    assert autoscaler().decide(mixed).target == 101
+    assert {c for c, role in SCALING_ROLE.items() if role == "demand"} == set(DEMAND_CLASSES)
+    assert set(SCALING_ROLE) == set(REQUEST_CLASSES)
 
 
 # --- bulk deadlines (EDF) -----------------------------------------------------------------------
@@ -281,7 +321,7 @@ def test_one_object_decides_for_one_pool() -> None:
     scaler = autoscaler()
     scaler.decide(signals(ready=1))
     with pytest.raises(ValueError, match="one per pool"):
-        scaler.decide(PoolSignals("small", NOW, 1, 0, 0, 0.0, 0.0, 0, None))
+        scaler.decide(PoolSignals("small", NOW, 1, 0, 0, {}, 0.0, 0, None))
 
 
 def test_bounds_are_validated() -> None:

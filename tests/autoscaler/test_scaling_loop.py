@@ -17,7 +17,7 @@ from fleet_state.pool_targets import PoolTargetStore
 
 
 def signals(pool_id: str, now: float, ready: int = 1, rate: float = 2.0, starting: int = 0) -> PoolSignals:
-    return PoolSignals(pool_id, now, ready, starting, 0, rate, 0.5, 0, 0.2)
+    return PoolSignals(pool_id, now, ready, starting, 0, {"interactive": rate}, 0.5, 0, 0.2)
 
 
 class ScriptedPolicy:

@@ -48,3 +48,17 @@ def test_bulk_requests_are_not_counted() -> None:
     window.observe(page({0.1: 0, 1.0: 0, math.inf: 0}, request_class="bulk"))
     window.observe(page({0.1: 0, 1.0: 9, math.inf: 9}, request_class="bulk"))
     assert window.p99(["m"]) is None
+
+
+def test_priority_counts_with_interactive_and_flex_does_not() -> None:
+    window = TtftWindow()
+    zero = {0.1: 0, 1.0: 0, 5.0: 0, math.inf: 0}
+    classes = ("priority", "interactive", "flex")
+    window.observe("".join(page(zero, request_class=c) for c in classes))
+    later = {
+        "priority": {0.1: 50, 1.0: 50, 5.0: 50, math.inf: 50},
+        "interactive": {0.1: 49, 1.0: 50, 5.0: 50, math.inf: 50},  # one of 100 demand requests over 0.1 s
+        "flex": {0.1: 0, 1.0: 0, 5.0: 40, math.inf: 40},  # flex waited for room: not a shortage
+    }
+    window.observe("".join(page(later[c], request_class=c) for c in classes))
+    assert window.p99(["m"]) == 0.1
