@@ -2,8 +2,8 @@
 
     nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="max|free|used|tokens_per|reused"}
     nv_trt_llm_request_metrics{request_type="active|max|scheduled|context|waiting"}
-    switchyard_engine_requests{request_class="interactive|bulk"}     (Switchyard's own)
-    switchyard_engine_kv_blocks{request_class="interactive|bulk"}    (Switchyard's own)
+    switchyard_engine_requests{request_class="priority|interactive|flex|bulk"}    (Switchyard's own)
+    switchyard_engine_kv_blocks{request_class="priority|interactive|flex|bulk"}   (Switchyard's own)
     switchyard_engine_heartbeat                  Unix time of the host's latest pass (liveness)
 
 Triton serves them on its metrics port next to its own `nv_inference_*` metrics. The Triton
@@ -35,7 +35,7 @@ _DESCRIPTIONS = {
     KV_CACHE_BLOCK_METRIC: "KV cache blocks of the engine, by kind (TensorRT-LLM backend names)",
     REQUEST_METRIC: "Requests in the engine, by state (TensorRT-LLM backend names)",
     CLASS_METRIC: "Requests in the engine (admitted or waiting), by class",
-    KV_CLASS_METRIC: "KV cache blocks held by admitted requests, by class (bulk's may be preempted for people)",
+    KV_CLASS_METRIC: "KV cache blocks held by admitted requests, by class (flex's and bulk's may be preempted)",
 }
 
 

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import logging
 import math
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +30,14 @@ from engine.forward_batch import Model, SequenceChunk, logit_rows
 from engine.grammar import GrammarCompiler, GrammarError, apply_masks
 from engine.grammar_check import matcher_failure
 from engine.logprobs import token_logprobs
-from engine.request import MAX_LOGPROBS, EngineRequest, FinishReason, RequestClass, RequestOutput
+from engine.request import (
+    MAX_LOGPROBS,
+    MAX_SLO_TTFT_MS,
+    EngineRequest,
+    FinishReason,
+    RequestClass,
+    RequestOutput,
+)
 from engine.sampling import sample_token
 from engine.scheduler import Scheduler, SchedulerOutput
 from engine.sequence import Sequence
@@ -43,7 +52,8 @@ class LLMEngine:
     `max_model_len` is the model's context window (prompt + reply); a reply that reaches it
     ends with LENGTH. Without one, only max_tokens and the KV capacity bound a request.
     `grammars` compiles and applies the grammars requests may carry; without one (a model with
-    no tokenizer) a request with a grammar is refused.
+    no tokenizer) a request with a grammar is refused. `clock` (seconds) stamps each request's
+    arrival, the origin of its TTFT deadline (`slo_ttft_ms`).
     """
 
     def __init__(
@@ -52,11 +62,13 @@ class LLMEngine:
         model: Model,
         max_model_len: int | None = None,
         grammars: GrammarCompiler | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.config = config
         self.model = model
         self.max_model_len = max_model_len
         self.grammars = grammars
+        self._clock = clock
         self.scheduler = Scheduler(config)
         self._vocab_size = model.vocab_size
         self._eos_token_id = model.eos_token_id
@@ -107,7 +119,7 @@ class LLMEngine:
         self.validate_request(request)
         if self.scheduler.get(request.request_id) is not None:
             raise ValueError(f"request {request.request_id!r} is already running; use a new request_id")
-        seq = Sequence.from_request(request, self._next_arrival, self.max_model_len)
+        seq = Sequence.from_request(request, self._next_arrival, self.max_model_len, arrival_s=self._clock())
         if request.sampling.grammar is not None:
             assert self.grammars is not None  # validate_request refuses a grammar without one
             # A resumed reply continues the grammar where the previous server left it.
@@ -297,22 +309,27 @@ class LLMEngine:
     # -- load -------------------------------------------------------------------------------
 
     def stats(self) -> EngineStats:
-        bm = self.scheduler.block_manager
+        scheduler = self.scheduler
+        bm = scheduler.block_manager
         return EngineStats(
             max_blocks=bm.num_blocks,
             free_blocks=bm.num_free_blocks,
             used_blocks=bm.num_used_blocks,
             tokens_per_block=bm.block_size,
             reused_blocks=bm.num_reused_blocks,
-            active_requests=self.scheduler.num_running,
+            active_requests=scheduler.num_running,
             max_requests=self.config.max_num_seqs,
             scheduled_requests=self._last_num_scheduled,
             context_requests=self._last_num_context,
-            waiting_requests=self.scheduler.num_waiting,
-            interactive_requests=self.scheduler.num_unfinished(RequestClass.INTERACTIVE),
-            bulk_requests=self.scheduler.num_unfinished(RequestClass.BULK),
-            interactive_blocks=self.scheduler.held_blocks(RequestClass.INTERACTIVE),
-            bulk_blocks=self.scheduler.held_blocks(RequestClass.BULK),
+            waiting_requests=scheduler.num_waiting,
+            priority_requests=scheduler.num_unfinished(RequestClass.PRIORITY),
+            interactive_requests=scheduler.num_unfinished(RequestClass.INTERACTIVE),
+            flex_requests=scheduler.num_unfinished(RequestClass.FLEX),
+            bulk_requests=scheduler.num_unfinished(RequestClass.BULK),
+            priority_blocks=scheduler.held_blocks(RequestClass.PRIORITY),
+            interactive_blocks=scheduler.held_blocks(RequestClass.INTERACTIVE),
+            flex_blocks=scheduler.held_blocks(RequestClass.FLEX),
+            bulk_blocks=scheduler.held_blocks(RequestClass.BULK),
         )
 
 
@@ -325,6 +342,8 @@ def request_problem(request: EngineRequest, vocab_size: int, max_model_len: int 
         return "the prompt is empty; send at least one token"
     if params.max_tokens < 1:
         return f"max_tokens must be >= 1, got {params.max_tokens}"
+    if request.slo_ttft_ms is not None and not 0 < request.slo_ttft_ms <= MAX_SLO_TTFT_MS:
+        return f"slo_ttft_ms must be in [1, {MAX_SLO_TTFT_MS}] ms, got {request.slo_ttft_ms}"
     if len(request.resume_token_ids) >= params.max_tokens:
         return (
             f"{len(request.resume_token_ids)} resumed tokens leave nothing to generate "

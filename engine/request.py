@@ -12,10 +12,49 @@ from dataclasses import dataclass
 
 
 class RequestClass(enum.Enum):
-    """Who is waiting for a request. Interactive work is always scheduled ahead of bulk."""
+    """Who is waiting for a request, highest class first: the order a step serves them in.
 
+        priority      ahead of every lower class; takes KV from flex and bulk, never from interactive
+        interactive   a person waiting on a streamed reply; takes KV from flex and bulk
+        flex          interactive-shaped, but only on room the higher classes leave: the first of
+                      them to lose its KV
+        bulk          batch work; takes KV from nobody, and any other class may take its KV
+
+    The names, ranks and preemption rule are contracts/service_tier.py's (the engine imports no
+    package of ours; tests/engine/test_request_class.py holds the two together).
+    """
+
+    PRIORITY = "priority"
     INTERACTIVE = "interactive"
+    FLEX = "flex"
     BULK = "bulk"
+
+    @property
+    def rank(self) -> int:
+        """0 for the class served first."""
+        return CLASS_ORDER.index(self)
+
+    @property
+    def is_interactive_shaped(self) -> bool:
+        """A person waits on it as it streams: every class but bulk."""
+        return self is not RequestClass.BULK
+
+
+# Highest first: the order a step hands out its budget in.
+CLASS_ORDER: tuple[RequestClass, ...] = tuple(RequestClass)
+
+# Which running classes a request of a class may take KV blocks from (recompute preemption):
+# never its own class or a higher one, and priority never interactive's (people on the default
+# tier keep their replies). Listed lowest class first: the order victims are taken in.
+PREEMPTS: dict[RequestClass, tuple[RequestClass, ...]] = {
+    RequestClass.PRIORITY: (RequestClass.BULK, RequestClass.FLEX),
+    RequestClass.INTERACTIVE: (RequestClass.BULK, RequestClass.FLEX),
+    RequestClass.FLEX: (RequestClass.BULK,),
+    RequestClass.BULK: (),
+}
+
+# A caller's first-token target (`slo_ttft_ms`) may be at most an hour.
+MAX_SLO_TTFT_MS = 3_600_000
 
 
 class FinishReason(enum.Enum):
@@ -73,6 +112,9 @@ class EngineRequest:
     mid-reply): the engine reads them as context and continues after them exactly as if it had
     written them. They count towards `max_tokens` but are not emitted again.
     `cache_namespace` isolates prefix-cache entries (for example per team).
+    `slo_ttft_ms` is the caller's first-token target, in ms from the request's arrival at the
+    engine: within its class, a waiting request goes before those whose deadline (arrival +
+    target) is later and before every request without one (1..MAX_SLO_TTFT_MS; None: no target).
     """
 
     request_id: str
@@ -81,6 +123,7 @@ class EngineRequest:
     request_class: RequestClass = RequestClass.INTERACTIVE
     resume_token_ids: tuple[int, ...] = ()
     cache_namespace: str = ""
+    slo_ttft_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

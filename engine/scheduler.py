@@ -1,16 +1,25 @@
 """Which sequences compute how many tokens in the next step, and who gives up memory.
 
 There is no prefill phase (vLLM v1's framing): each sequence has known tokens and computed
-tokens and wants to catch up. One step hands out a budget in this order:
+tokens and wants to catch up. One step hands out a budget class by class, highest first
+(engine/request.py's RequestClass), running then waiting in each:
 
-    1. running interactive   (decodes, then the next chunks of half-read prompts, oldest first)
-    2. waiting interactive   (admitted when their blocks can be had; may preempt bulk)
-    3. running bulk          (beside interactive work, at most max_bulk_seqs_beside_interactive
+    1. running priority      (decodes, then the next chunks of half-read prompts, oldest first)
+    2. waiting priority      (admitted when their blocks can be had; may preempt flex and bulk)
+    3. running interactive
+    4. waiting interactive   (may preempt flex and bulk; not while priority waits for memory)
+    5. running flex
+    6. waiting flex          (may preempt bulk; not while a higher class waits for memory)
+    7. running bulk          (beside interactive-shaped work, at most max_bulk_seqs_beside_interactive
                               sequences adding at most max_bulk_cost_beside_interactive)
-    4. waiting bulk          (not while an interactive request waits for memory)
+    8. waiting bulk          (not while an interactive-shaped request waits for memory)
+
+A waiting queue is ordered, within its class: sequences preempted to recompute first (oldest
+first), then by TTFT deadline (arrival + `slo_ttft_ms`, earliest first), then those without
+one, in arrival order. Admission takes from the front only: no overtaking.
 
 With `long_prefill_tokens` set, a read with more than that many tokens left takes at most that
-many in steps 1-2 (or 3-4); once its class is planned, the capped reads share what is left,
+many in its class's steps; once its class is planned, the capped reads share what is left,
 shortest first. Short prompts behind a long document start within a few steps, and a long
 read alone still takes the whole budget.
 
@@ -20,18 +29,24 @@ the decodes riding in the same step keep their pace. A step that would plan noth
 token anyway, so work always moves. With `enable_chunked_prefill=False` (the benchmarks'
 baseline) a prompt is read whole in one step; the first prompt of a step may exceed the budget.
 
-With `express_max_tokens` set, a short interactive request goes first: while one (asking for at
-most that many tokens, its unread prompt within one step's tokens) waits or runs, a step plans
-only such requests, and the rest wait, for at most `express_max_tokens` steps in a row; then
-a step plans everyone as above. On a CPU a lone short reply's step costs a fraction of one with
-every long stream in it, so a ten-token answer behind long reports ends near its idle time,
-and the streams lose a few cheap steps (S1, docs/latency.md).
+With `express_max_tokens` set, a short interactive-shaped request (priority, interactive or
+flex) goes first: while one (asking for at most that many tokens, its unread prompt within one
+step's tokens) waits or runs, a step plans only such requests, class by class, and the rest
+wait, for at most `express_max_tokens` steps in a row; then a step plans everyone as above.
+On a CPU a lone short reply's step costs a fraction of one with every long stream in it, so a
+ten-token answer behind long reports ends near its idle time, and the streams lose a few cheap
+steps (S1, docs/latency.md).
 
 Memory: a request is admitted only when blocks for all its known tokens can be had (so a long
-prompt, once admitted, is never preempted for lack of room to read it). A running sequence
-that needs a block preempts others by recompute, bulk before interactive, newest first; bulk
-never preempts interactive. Nothing fails for lack of memory, except a request that could not
-fit even in an empty cache: it is aborted instead of waiting forever.
+prompt, once admitted, is never preempted for lack of room to read it). A sequence of class c
+takes blocks only from running sequences of the classes PREEMPTS[c] names (engine/request.py:
+priority and interactive from flex and bulk, flex from bulk, bulk from nobody), lowest class
+first, newest first, by recompute: their KV is dropped and they resume token for token later.
+So priority never preempts interactive, and no class a higher one. A waiting request preempts
+only if that makes room for it. A running sequence that still lacks a block for its next token
+then takes it from the newest running sequence of its own class, itself if it is the newest
+(the oldest keep going, as in vLLM). Nothing fails for lack of memory, except a request that
+could not fit even in an empty cache: it is aborted instead of waiting forever.
 """
 
 from __future__ import annotations
@@ -43,11 +58,8 @@ from dataclasses import dataclass, field
 
 from engine.block_manager import BlockManager, PrefixMatch, cdiv
 from engine.config import EngineConfig
-from engine.request import FinishReason, RequestClass
+from engine.request import CLASS_ORDER, PREEMPTS, FinishReason, RequestClass
 from engine.sequence import RequestStatus, Sequence
-
-# Scheduling order of classes; preemption walks it backwards.
-CLASS_ORDER = (RequestClass.INTERACTIVE, RequestClass.BULK)
 
 
 def chunk_cost(start: int, num_tokens: int, attention_cost_tokens: float) -> float:
@@ -96,7 +108,9 @@ class _Step:
     preempted_ids: list[str] = field(default_factory=list)
     num_context: int = 0
     has_multi_token_chunk: bool = False
-    interactive_blocked_on_memory: bool = False
+    # The highest class whose front request waits for memory this step: memory that frees up
+    # is spoken for, so no lower class is admitted after it.
+    blocked_on_memory: RequestClass | None = None
     capped: list[int] = field(default_factory=list)  # indexes in `scheduled` of long reads held to the cap
 
 
@@ -166,7 +180,7 @@ class Scheduler:
             self._aborted.append(seq)
             return
         self._by_id[seq.request_id] = seq
-        self._waiting[seq.request_class].append(seq)
+        self._queue(seq)
 
     def finish(self, request_id: str, reason: FinishReason) -> Sequence | None:
         """Finish a request wherever it is and free its blocks; None if it is not here."""
@@ -194,7 +208,7 @@ class Scheduler:
             return SchedulerOutput(step.scheduled, step.preempted_ids, self.pop_aborted(), step.num_context)
         self.num_held_steps = 0
         for cls in CLASS_ORDER:
-            if cls is RequestClass.BULK and step.scheduled:
+            if not cls.is_interactive_shaped and step.scheduled:
                 self._cap_bulk_beside_interactive(step)
             self._schedule_running(cls, step)
             self._schedule_waiting(cls, step)
@@ -202,7 +216,7 @@ class Scheduler:
         return SchedulerOutput(step.scheduled, step.preempted_ids, self.pop_aborted(), step.num_context)
 
     def _cap_bulk_beside_interactive(self, step: _Step) -> None:
-        """Interactive work is in this step: let at most the configured number of bulk
+        """Interactive-shaped work is in this step: let at most the configured number of bulk
         sequences, adding at most the configured cost, join it. The oldest go first; the rest
         keep their blocks and wait, and being the newest they are the first preempted if
         memory runs short. A bulk prompt being read goes on in small chunks meanwhile."""
@@ -216,11 +230,11 @@ class Scheduler:
     # -- the express lane -------------------------------------------------------------------
 
     def is_express(self, seq: Sequence) -> bool:
-        """A short interactive request that goes before everyone (`express_max_tokens`)."""
+        """A short interactive-shaped request that goes before everyone (`express_max_tokens`)."""
         limit = self.config.express_max_tokens
         return (
             limit is not None
-            and seq.request_class is RequestClass.INTERACTIVE
+            and seq.request_class.is_interactive_shaped
             and seq.sampling.max_tokens <= limit
             and seq.num_tokens - seq.num_computed_tokens <= self.config.max_num_batched_tokens
         )
@@ -229,22 +243,36 @@ class Scheduler:
         """Plan a step of express requests only; False (nothing planned) when there are none,
         or when the others have already been held back `express_max_tokens` steps in a row.
 
-        Running express sequences go in arrival order, then the waiting ones at the front of
-        the interactive queue (no overtaking: a normal request ahead of them keeps its place).
-        A sequence behind the one being planned is never planned yet, so preemption for its
-        block (newest first) never takes back a planned one."""
+        Class by class, highest first: the running express sequences in arrival order, then the
+        waiting ones at the front of the class's queue (no overtaking: a normal request ahead of
+        them keeps its place). Preemption for a block takes from a lower class (not planned
+        yet) or the newest of the class (behind the one being planned), so it never takes back
+        a planned sequence."""
         limit = self.config.express_max_tokens
         if limit is None or self.num_held_steps >= limit:
             return False
-        cls = RequestClass.INTERACTIVE
-        running = [seq for seq in self._running[cls] if self.is_express(seq)]
-        waiting = self._waiting[cls]
-        if not running and not (waiting and self.is_express(waiting[0])):
+        classes = [cls for cls in CLASS_ORDER if cls.is_interactive_shaped]
+        if not any(self._has_express(cls) for cls in classes):
             return False
+        for cls in classes:
+            self._plan_express_running(cls, step)
+            self._schedule_waiting(cls, step, express_only=True)
+        self._top_up_long_reads(step)
+        if not step.scheduled:
+            return False
+        # Held back: anything unfinished left out of this step (running or waiting).
+        self.num_held_steps = self.num_held_steps + 1 if len(step.scheduled) < len(self._by_id) else 0
+        return True
+
+    def _has_express(self, cls: RequestClass) -> bool:
+        waiting = self._waiting[cls]
+        return any(self.is_express(seq) for seq in self._running[cls]) or bool(waiting and self.is_express(waiting[0]))
+
+    def _plan_express_running(self, cls: RequestClass, step: _Step) -> None:
         block_size = self.block_manager.block_size
-        for seq in running:
+        for seq in [seq for seq in self._running[cls] if self.is_express(seq)]:
             if step.seqs_left <= 0 or step.tokens_left <= 0:
-                break
+                return
             if seq.status is not RequestStatus.RUNNING:
                 continue  # preempted for the block of one planned before it
             start = seq.num_computed_tokens
@@ -256,13 +284,6 @@ class Scheduler:
             ):
                 continue
             self._plan(seq, num_tokens, step)
-        self._schedule_waiting(cls, step, express_only=True)
-        self._top_up_long_reads(step)
-        if not step.scheduled:
-            return False
-        # Held back: anything unfinished left out of this step (running or waiting).
-        self.num_held_steps = self.num_held_steps + 1 if len(step.scheduled) < len(self._by_id) else 0
-        return True
 
     def pop_aborted(self) -> list[Sequence]:
         """Sequences aborted since the last call because they can never fit (each reported once)."""
@@ -315,8 +336,8 @@ class Scheduler:
         """Admit from the front of the class's queue while blocks and budget allow
         (`express_only`: while the front is an express request)."""
         waiting = self._waiting[cls]
-        if cls is RequestClass.BULK and step.interactive_blocked_on_memory:
-            return  # memory that frees up is spoken for
+        if step.blocked_on_memory is not None:
+            return  # a higher class waits for memory: what frees up is spoken for
         while waiting and step.seqs_left > 0 and step.tokens_left > 0:
             if self.num_running >= self.config.max_num_seqs:
                 return
@@ -329,8 +350,9 @@ class Scheduler:
                 return
             admitted_match = self._make_room(seq, match, step)
             if admitted_match is None:
-                step.interactive_blocked_on_memory |= cls is RequestClass.INTERACTIVE
-                return  # first come, first served within a class: no overtaking
+                if step.blocked_on_memory is None:
+                    step.blocked_on_memory = cls
+                return  # in queue order within a class: no overtaking
             waiting.popleft()
             self._admit(seq, admitted_match)
             self._plan(seq, num_tokens, step)
@@ -414,32 +436,33 @@ class Scheduler:
     def _make_room(self, seq: Sequence, match: PrefixMatch, step: _Step) -> PrefixMatch | None:
         """The match to admit `seq` with once its blocks can be had, or None to wait.
 
-        A waiting request preempts only a lower class, and only if that would make room:
-        interactive never waits on memory held by bulk, bulk never waits-then-thrashes.
+        A waiting request preempts only the classes PREEMPTS names for it (lowest first, newest
+        first), and only if that would make room: people never wait on memory held by flex or
+        bulk, and nobody preempts work it could not then replace.
         """
         bm = self.block_manager
         if bm.can_allocate(match, seq.num_tokens):
             return match
-        if seq.request_class is not RequestClass.INTERACTIVE:
-            return None
-        bulk = self._running[RequestClass.BULK]
+        victim_classes = PREEMPTS[seq.request_class]
         needed = cdiv(seq.num_tokens, bm.block_size) - len(match.block_ids)
-        if needed > bm.num_free_blocks - match.num_free_hits + self.held_blocks(RequestClass.BULK):
+        preemptible = sum(self.held_blocks(cls) for cls in victim_classes)
+        if not victim_classes or needed > bm.num_free_blocks - match.num_free_hits + preemptible:
             return None
-        while bulk:
-            self._preempt(bulk.pop(), step)
-            match = bm.match_prefix(seq)  # freed blocks may include hits: recount them
-            if bm.can_allocate(match, seq.num_tokens):
-                return match
+        for cls in victim_classes:
+            running = self._running[cls]
+            while running:
+                self._preempt(running.pop(), step)
+                match = bm.match_prefix(seq)  # freed blocks may include hits: recount them
+                if bm.can_allocate(match, seq.num_tokens):
+                    return match
         return None  # shared blocks made the estimate optimistic
 
     def _pop_victim(self, requester: RequestClass) -> Sequence | None:
-        """Newest running sequence of the lowest class the requester may preempt (its own included)."""
-        for cls in reversed(CLASS_ORDER):
+        """The newest running sequence of the lowest class `requester` may preempt, else the
+        newest of its own class (a running requester is one of them, so there is always one)."""
+        for cls in (*PREEMPTS[requester], requester):
             if self._running[cls]:
                 return self._running[cls].pop()
-            if cls is requester:
-                return None
         return None
 
     def _preempt(self, victim: Sequence, step: _Step) -> None:
@@ -447,8 +470,16 @@ class Scheduler:
         self.block_manager.free(victim)
         victim.reset_for_recompute()
         self.num_preemptions += 1
-        self._waiting[victim.request_class].appendleft(victim)
+        self._queue(victim)
         step.preempted_ids.append(victim.request_id)
+
+    def _queue(self, seq: Sequence) -> None:
+        """Put `seq` in its class's waiting queue, in `_waiting_order`."""
+        waiting = self._waiting[seq.request_class]
+        if not waiting or _waiting_order(waiting[-1]) <= _waiting_order(seq):
+            waiting.append(seq)  # the common case: a request without a target, the newest
+        else:
+            insort(waiting, seq, key=_waiting_order)
 
     def _admit(self, seq: Sequence, match: PrefixMatch) -> None:
         self.block_manager.allocate(seq, match, seq.num_tokens)
@@ -460,3 +491,10 @@ class Scheduler:
 
 def _arrival(seq: Sequence) -> int:
     return seq.arrival
+
+
+def _waiting_order(seq: Sequence) -> tuple[bool, bool, float, int]:
+    """A waiting queue's order: preempted sequences first (they have started; oldest first), then
+    by TTFT deadline, earliest first, then those without one; arrival order breaks ties."""
+    deadline = seq.ttft_deadline
+    return (seq.status is not RequestStatus.PREEMPTED, deadline is None, deadline or 0.0, seq.arrival)

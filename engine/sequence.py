@@ -51,6 +51,9 @@ class Sequence:
     # Ceiling on len(all_token_ids): prompt + max_tokens, capped by the model's context.
     max_total_tokens: int
     status: RequestStatus = RequestStatus.WAITING
+    # When the caller wants its first token, on the engine's clock (arrival + slo_ttft_ms):
+    # orders the waiting queue within the class. None: no target (after those with one).
+    ttft_deadline: float | None = None
     num_computed_tokens: int = 0
     block_table: list[int] = field(default_factory=list)
     # Prompt tokens served from the prefix cache at first admission (what usage reports).
@@ -73,10 +76,13 @@ class Sequence:
     prompt_logprobs_sent: bool = False
 
     @classmethod
-    def from_request(cls, request: EngineRequest, arrival: int, max_model_len: int | None = None) -> Sequence:
+    def from_request(
+        cls, request: EngineRequest, arrival: int, max_model_len: int | None = None, *, arrival_s: float = 0.0
+    ) -> Sequence:
         """Build the sequence for a validated request.
 
         `max_model_len` is the model's context window; without one only max_tokens bounds it.
+        `arrival_s` is when it arrived, in seconds on the engine's clock (its TTFT deadline's origin).
         """
         tokens = [*request.prompt_token_ids, *request.resume_token_ids]
         ceiling = len(request.prompt_token_ids) + request.sampling.max_tokens
@@ -89,6 +95,7 @@ class Sequence:
             all_token_ids=tokens,
             num_prompt_tokens=len(tokens),
             max_total_tokens=ceiling,
+            ttft_deadline=None if request.slo_ttft_ms is None else arrival_s + request.slo_ttft_ms / 1000,
             logprobs=None if params.logprobs is None else LogprobRun(params.logprobs),
             prompt_logprobs=None if params.prompt_logprobs is None else LogprobRun(params.prompt_logprobs),
         )

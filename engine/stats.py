@@ -25,11 +25,16 @@ class EngineStats:
     scheduled_requests: int  # planned in the last step
     context_requests: int  # of those, the ones still reading their prompt
     waiting_requests: int  # queued for admission, preempted ones included
-    interactive_requests: int = 0  # unfinished (admitted or waiting), by class
+    # Unfinished (admitted or waiting) requests, by class.
+    priority_requests: int = 0
+    interactive_requests: int = 0
+    flex_requests: int = 0
     bulk_requests: int = 0
     # KV blocks held by admitted requests, by class; None from an engine that does not preempt
-    # bulk for people (TensorRT-LLM's), which then exports no such gauge.
+    # by class (TensorRT-LLM's), which then exports no such gauge.
+    priority_blocks: int | None = None
     interactive_blocks: int | None = None
+    flex_blocks: int | None = None
     bulk_blocks: int | None = None
 
     def kv_cache_block_metrics(self) -> dict[str, int]:
@@ -53,11 +58,22 @@ class EngineStats:
         }
 
     def class_metrics(self) -> dict[str, int]:
-        """Values of `switchyard_engine_requests` by `request_class` label."""
-        return {"interactive": self.interactive_requests, "bulk": self.bulk_requests}
+        """Values of `switchyard_engine_requests` by `request_class` label, highest class first."""
+        return {
+            "priority": self.priority_requests,
+            "interactive": self.interactive_requests,
+            "flex": self.flex_requests,
+            "bulk": self.bulk_requests,
+        }
 
     def class_kv_metrics(self) -> dict[str, int]:
-        """Values of `switchyard_engine_kv_blocks` by `request_class` label (none where unknown)."""
-        if self.interactive_blocks is None or self.bulk_blocks is None:
-            return {}
-        return {"interactive": self.interactive_blocks, "bulk": self.bulk_blocks}
+        """Values of `switchyard_engine_kv_blocks` by `request_class` label (none where unknown).
+
+        Flex's and bulk's are what a person's request (priority, interactive) may preempt."""
+        blocks = {
+            "priority": self.priority_blocks,
+            "interactive": self.interactive_blocks,
+            "flex": self.flex_blocks,
+            "bulk": self.bulk_blocks,
+        }
+        return {label: count for label, count in blocks.items() if count is not None}

@@ -9,7 +9,7 @@ the same executor stats this reads (`LLM.get_stats_async`, one record per engine
 
 Records come only from iterations, and an idle engine runs none: its last record still shows
 the work it just finished. So the loop's own count of requests in the LLM bounds the request
-figures (bulk it holds back counts as waiting), and with nothing unfinished no block is in use
+figures (flex and bulk it holds back count as waiting), and with nothing unfinished no block is in use
 (finished requests' blocks are free or cached-and-evictable, which the executor counts as free).
 """
 
@@ -27,13 +27,15 @@ from engine.stats import EngineStats
 class RequestCounts:
     """What the engine loop itself knows: requests submitted and not yet finished, by class."""
 
+    priority: int = 0
     interactive: int = 0
+    flex: int = 0
     bulk: int = 0
-    held: int = 0  # of those, bulk requests the loop has not given to the LLM yet
+    held: int = 0  # of those, flex and bulk requests the loop has not given to the LLM yet
 
     @property
     def unfinished(self) -> int:
-        return self.interactive + self.bulk
+        return self.priority + self.interactive + self.flex + self.bulk
 
     @property
     def in_llm(self) -> int:
@@ -70,7 +72,9 @@ def engine_stats(record: Mapping[str, Any] | None, counts: RequestCounts, fallba
         scheduled_requests=scheduled,
         context_requests=min(_int(batching, "numContextRequests", fallback.context_requests), scheduled),
         waiting_requests=queued + counts.held,
+        priority_requests=counts.priority,
         interactive_requests=counts.interactive,
+        flex_requests=counts.flex,
         bulk_requests=counts.bulk,
     )
 

@@ -70,17 +70,28 @@ def by_family(name: str) -> FakeMetricFamily:
 
 def test_counts_unfinished_requests_by_class() -> None:
     gauges = LlmEngineGauges(RecordingWriter())
-    a, b, c = (
+    a, b, c, p, f = (
         engine_request(i, k)
-        for i, k in (("a", RequestClass.INTERACTIVE), ("b", RequestClass.BULK), ("c", RequestClass.BULK))
+        for i, k in (
+            ("a", RequestClass.INTERACTIVE),
+            ("b", RequestClass.BULK),
+            ("c", RequestClass.BULK),
+            ("p", RequestClass.PRIORITY),
+            ("f", RequestClass.FLEX),
+        )
     )
-    for r in (a, b, c):
+    for r in (a, b, c, p, f):
         gauges.started(r)
     gauges.finished(b)
-    assert gauges.counts() == {RequestClass.INTERACTIVE: 1, RequestClass.BULK: 1}
-    gauges.finished(a)
-    gauges.finished(c)
-    assert gauges.counts() == {RequestClass.INTERACTIVE: 0, RequestClass.BULK: 0}
+    assert gauges.counts() == {
+        RequestClass.PRIORITY: 1,
+        RequestClass.INTERACTIVE: 1,
+        RequestClass.FLEX: 1,
+        RequestClass.BULK: 1,
+    }
+    for r in (a, c, p, f):
+        gauges.finished(r)
+    assert gauges.counts() == dict.fromkeys(RequestClass, 0)
     with pytest.raises(AssertionError, match="more often than started"):
         gauges.finished(c)
 
@@ -118,7 +129,7 @@ def test_the_thread_beats_until_stopped() -> None:
     beats = len(writer.beats)
     time.sleep(0.05)
     assert len(writer.beats) == beats  # stopped means no more beats
-    assert {s.label for s in writer.samples} == {"interactive", "bulk"}
+    assert {s.label for s in writer.samples} == {"priority", "interactive", "flex", "bulk"}
     with pytest.raises(RuntimeError, match="already started"):
         gauges.start()
 

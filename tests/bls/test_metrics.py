@@ -18,9 +18,13 @@ STATS = EngineStats(
     scheduled_requests=2,
     context_requests=1,
     waiting_requests=4,
+    priority_requests=2,
     interactive_requests=1,
+    flex_requests=3,
     bulk_requests=5,
+    priority_blocks=7,
     interactive_blocks=4,
+    flex_blocks=8,
     bulk_blocks=6,
 )
 
@@ -56,18 +60,19 @@ def test_samples_cover_every_label() -> None:
     assert values[("nv_trt_llm_kv_cache_block_metrics", "free")] == 90
     assert values[("nv_trt_llm_kv_cache_block_metrics", "tokens_per")] == 16
     assert values[("nv_trt_llm_request_metrics", "waiting")] == 4
-    assert values[("switchyard_engine_requests", "interactive")] == 1
-    assert values[("switchyard_engine_requests", "bulk")] == 5
-    assert values[("switchyard_engine_kv_blocks", "interactive")] == 4
-    assert values[("switchyard_engine_kv_blocks", "bulk")] == 6
-    assert len(values) == 14
+    requests = {label: v for (family, label), v in values.items() if family == "switchyard_engine_requests"}
+    assert requests == {"priority": 2, "interactive": 1, "flex": 3, "bulk": 5}
+    blocks = {label: v for (family, label), v in values.items() if family == "switchyard_engine_kv_blocks"}
+    assert blocks == {"priority": 7, "interactive": 4, "flex": 8, "bulk": 6}
+    assert len(values) == 18
 
 
 def test_triton_publisher_sets_labelled_gauges() -> None:
     CREATED.clear()
     metrics = TritonEngineMetrics(FakeMetricFamily, {"model": "cpu_engine", "version": "1"})
     metrics.publish(STATS)
-    metrics.publish(EngineStats(100, 100, 0, 16, 3, 0, 8, 0, 0, 0, interactive_blocks=0, bulk_blocks=0))
+    idle = dict.fromkeys(("priority_blocks", "interactive_blocks", "flex_blocks", "bulk_blocks"), 0)
+    metrics.publish(EngineStats(100, 100, 0, 16, 3, 0, 8, 0, 0, 0, **idle))
     families = {f.name: f for f in CREATED}
     assert set(families) == {
         "nv_trt_llm_kv_cache_block_metrics",
@@ -82,9 +87,9 @@ def test_triton_publisher_sets_labelled_gauges() -> None:
     assert kv["max"].labels == {"kv_cache_block_type": "max", "model": "cpu_engine", "version": "1"}
     assert len(families["nv_trt_llm_request_metrics"].metrics) == 5  # created once, then updated
     by_class = {m.labels["request_class"]: m.value for m in families["switchyard_engine_requests"].metrics}
-    assert by_class == {"interactive": 0, "bulk": 0}
+    assert by_class == {"priority": 0, "interactive": 0, "flex": 0, "bulk": 0}
     blocks = {m.labels["request_class"]: m.value for m in families["switchyard_engine_kv_blocks"].metrics}
-    assert blocks == {"interactive": 0, "bulk": 0}
+    assert blocks == {"priority": 0, "interactive": 0, "flex": 0, "bulk": 0}
 
 
 def test_an_engine_that_cannot_tell_kv_by_class_exports_no_such_gauge() -> None:
@@ -126,6 +131,7 @@ def test_a_publisher_can_own_some_families_only() -> None:
     metrics.publish(STATS)  # the families it does not own are left to whoever owns them
     assert sorted(f.name for f in CREATED) == ["switchyard_engine_heartbeat", "switchyard_engine_requests"]
     (requests,) = [f for f in CREATED if f.name == "switchyard_engine_requests"]
-    assert {m.labels["request_class"]: m.value for m in requests.metrics} == {"interactive": 1, "bulk": 5}
+    by_class = {m.labels["request_class"]: m.value for m in requests.metrics}
+    assert by_class == {"priority": 2, "interactive": 1, "flex": 3, "bulk": 5}
     with pytest.raises(ValueError, match="unknown metric families"):
         TritonEngineMetrics(FakeMetricFamily, {}, families=("nv_trt_llm_typo",))

@@ -111,6 +111,7 @@ def build_request(
     request_class: RequestClass = RequestClass.INTERACTIVE,
     resume: tuple[int, ...] = (),
     namespace: str = "",
+    slo_ttft_ms: int | None = None,
     **sampling: object,
 ) -> EngineRequest:
     return EngineRequest(
@@ -120,6 +121,7 @@ def build_request(
         request_class=request_class,
         resume_token_ids=resume,
         cache_namespace=namespace,
+        slo_ttft_ms=slo_ttft_ms,
     )
 
 

@@ -270,7 +270,8 @@ def test_stats_report_blocks_and_requests(make_config: Any, make_model: Any, mak
     assert (stats.active_requests, stats.waiting_requests) == (2, 1)
     assert (stats.scheduled_requests, stats.context_requests) == (2, 2)
     assert (stats.used_blocks, stats.free_blocks) == (4, 12)
-    assert stats.class_kv_metrics() == {"interactive": 4, "bulk": 0}  # none a person may take
+    # None a person may take (flex's and bulk's).
+    assert stats.class_kv_metrics() == {"priority": 0, "interactive": 4, "flex": 0, "bulk": 0}
     engine.step()  # r0 decodes, r1 reads its last 4 prompt tokens
     assert engine.stats().request_metrics() == {
         "active": 2,

@@ -106,4 +106,4 @@ def test_with_nothing_unfinished_no_block_is_used_and_no_request_runs() -> None:
     stats = engine_stats(RECORD, RequestCounts(), FALLBACK)
     assert stats.kv_cache_block_metrics() == {"max": 200, "free": 200, "used": 0, "tokens_per": 64, "reused": 7}
     assert stats.request_metrics() == {"active": 0, "max": 16, "scheduled": 0, "context": 0, "waiting": 0}
-    assert stats.class_metrics() == {"interactive": 0, "bulk": 0}
+    assert stats.class_metrics() == {"priority": 0, "interactive": 0, "flex": 0, "bulk": 0}
