@@ -32,8 +32,17 @@ from contracts.llm_tensors import (
     OUTPUT_LOGPROB_TENSORS,
     PROMPT_LOGPROB_TENSORS,
     PROMPT_LOGPROBS,
+    SLO_TTFT_MS,
 )
-from engine.request import MAX_LOGPROBS, EngineRequest, FinishReason, RequestClass, RequestOutput, SamplingParams
+from engine.request import (
+    MAX_LOGPROBS,
+    MAX_SLO_TTFT_MS,
+    EngineRequest,
+    FinishReason,
+    RequestClass,
+    RequestOutput,
+    SamplingParams,
+)
 
 CANCEL_INPUT = "cancel_request_id"
 ENGINE_OUTPUT_NAMES = (
@@ -49,12 +58,21 @@ ENGINE_OUTPUT_NAMES = (
 
 
 def read_request_class(src: TensorSource) -> RequestClass:
+    """One of the four classes (priority, interactive, flex, bulk); interactive when left out."""
     name = read_str(src, "request_class", RequestClass.INTERACTIVE.value)
     try:
         return RequestClass(name)
     except ValueError:
         choices = ", ".join(c.value for c in RequestClass)
         raise InputError(f"request_class must be one of {choices}, got {name!r}") from None
+
+
+def read_slo_ttft_ms(src: TensorSource) -> int | None:
+    """The caller's first-token target in ms (1..MAX_SLO_TTFT_MS), or None without one."""
+    target = read_optional_int(src, SLO_TTFT_MS.name)
+    if target is not None and not 0 < target <= MAX_SLO_TTFT_MS:
+        raise InputError(f"{SLO_TTFT_MS.name} must be in [1, {MAX_SLO_TTFT_MS}] ms, got {target}")
+    return target
 
 
 def read_sampling(src: TensorSource, stop_sequences: StopTokenSequences) -> SamplingParams:
@@ -126,6 +144,7 @@ def parse_engine_request(request_id: str, src: TensorSource, vocab_size: int | N
         request_class=read_request_class(src),
         resume_token_ids=resume,
         cache_namespace=read_str(src, "cache_namespace", ""),
+        slo_ttft_ms=read_slo_ttft_ms(src),
     )
 
 
@@ -158,6 +177,8 @@ def engine_request_tensors(request: EngineRequest) -> Outputs:
         tensors[LOGPROBS.name] = int32_scalar(sampling.logprobs)
     if sampling.prompt_logprobs is not None:
         tensors[PROMPT_LOGPROBS.name] = int32_scalar(sampling.prompt_logprobs)
+    if request.slo_ttft_ms is not None:
+        tensors[SLO_TTFT_MS.name] = int32_scalar(request.slo_ttft_ms)
     return tensors
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from bls.engine_tensors import read_request_class, read_sampling
+from bls.engine_tensors import read_request_class, read_sampling, read_slo_ttft_ms
 from bls.tensors import InputError, Outputs, TensorSource, read_bool, read_int_list, read_str, read_str_list
 from bls.tokenizer import StopTokenSequences
 from contracts.llm_tensors import (
@@ -18,6 +18,7 @@ from contracts.llm_tensors import (
     REQUEST_CLASS,
     RESUME_TOKEN_IDS,
     SEED,
+    SLO_TTFT_MS,
     STOP,
     STREAM,
     TEMPERATURE,
@@ -41,6 +42,7 @@ class LlmRequest:
     resume_token_ids: tuple[int, ...] = ()
     cache_namespace: str = ""
     prompt_token_ids: tuple[int, ...] = ()
+    slo_ttft_ms: int | None = None  # the caller's first-token target, ms from arrival
 
     def engine_request(self, request_id: str, input_ids: tuple[int, ...], stops: StopTokenSequences) -> EngineRequest:
         """The engine request for this reply, once preprocessing has tokenized it."""
@@ -55,13 +57,14 @@ class LlmRequest:
             request_class=self.request_class,
             resume_token_ids=self.resume_token_ids,
             cache_namespace=self.cache_namespace,
+            slo_ttft_ms=self.slo_ttft_ms,
         )
 
 
 def parse_llm_request(src: TensorSource) -> LlmRequest:
     """Read one `llm` request; InputError names the input that is wrong.
 
-    The sampling inputs and `request_class` are read by the helpers `cpu_engine` shares
+    The sampling inputs, `request_class` and `slo_ttft_ms` are read by the helpers `cpu_engine` shares
     (bls/engine_tensors.py): the engine's inputs of those names are `llm`'s."""
     prompt, prompt_token_ids = _read_prompt(src)
     if src.get("stop_token_ids") is not None:
@@ -75,6 +78,7 @@ def parse_llm_request(src: TensorSource) -> LlmRequest:
         request_class=read_request_class(src),
         resume_token_ids=read_int_list(src, RESUME_TOKEN_IDS.name),
         cache_namespace=read_str(src, CACHE_NAMESPACE.name, ""),
+        slo_ttft_ms=read_slo_ttft_ms(src),
     )
 
 
@@ -129,4 +133,6 @@ def llm_request_tensors(request: LlmRequest) -> Outputs:
         tensors[LOGPROBS.name] = LOGPROBS.array([sampling.logprobs])
     if sampling.prompt_logprobs is not None:
         tensors[PROMPT_LOGPROBS.name] = PROMPT_LOGPROBS.array([sampling.prompt_logprobs])
+    if request.slo_ttft_ms is not None:
+        tensors[SLO_TTFT_MS.name] = SLO_TTFT_MS.array([request.slo_ttft_ms])
     return tensors
