@@ -2,7 +2,7 @@
 
     any thread (EngineHost)              event-loop thread (asyncio, owns every LLM call)
     ───────────────────────              ─────────────────────────────────────────────────
-    submit(request) ─▶ validate ─▶ call_soon_threadsafe ─▶ admit: bulk held while no room
+    submit(request) ─▶ validate ─▶ call_soon_threadsafe ─▶ admit: flex, bulk held while no room
                                                            ─▶ generate_async(streaming=True)
                                                                    │ async for each step:
     stream.drain() ◀── RequestStream.push(delta) ◀──────────────────┤  delta, stop sequences
@@ -10,12 +10,13 @@
     stats() ◀── latest snapshot ◀── stats task: get_stats_async every stats_interval_s
 
 Class → priority: from TensorRT-LLM 1.3 `generate_async` takes a priority and the executor
-orders its queue by it. Where the pinned release has none (`supports_priority` in
-build_engines/trtllm_pin.py; `with_priority=False`) the executor's queue is first come, first
-served, so this loop keeps bulk requests out of it while they would take the room people
-need: bulk goes in only while fewer than `max_batch_size - interactive in flight - reserve`
-bulk requests are in the LLM (reserve = an eighth of the batch, at least 1); the rest wait
-here, oldest first, and count as waiting in the published stats.
+orders its queue by it (trtllm/generation_args.py). Where the pinned release has none
+(`supports_priority` in build_engines/trtllm_pin.py; `with_priority=False`) the executor's queue
+is first come, first served, so this loop keeps flex and bulk requests out of it while they
+would take the room people need: priority and interactive requests always go in; flex and bulk
+go in only while fewer than `max_batch_size - reserve` requests of any class are in the LLM
+(reserve = an eighth of the batch, at least 1). The rest wait here, flex before bulk, oldest
+first in each, and count as waiting in the published stats.
 
 The same `RequestStream`s the CPU engine loop hands out, so `EngineHost` (streaming, client
 cancels, metrics, heartbeat) and the tensor contract are shared code: only this file and its
@@ -47,6 +48,9 @@ from trtllm.stop_sequences import StopSequenceMatcher
 
 logger = logging.getLogger(__name__)
 
+# Held back when the executor has no priorities, in the order they are released: flex first.
+_HELD_CLASSES = (RequestClass.FLEX, RequestClass.BULK)
+
 _FINISH_REASONS = {"stop": FinishReason.STOP, "length": FinishReason.LENGTH, "cancelled": FinishReason.CANCELLED}
 
 
@@ -64,7 +68,7 @@ class EngineLimits:
 
     @property
     def interactive_reserve(self) -> int:
-        """Batch slots bulk leaves free for people when the executor has no priorities."""
+        """Batch slots flex and bulk leave free for people when the executor has no priorities."""
         return max(1, self.max_batch_size // 8)
 
 
@@ -107,7 +111,8 @@ class LlmApiEngineLoop:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._running: dict[str, _Running] = {}  # submitted, not finished (held ones too)
-        self._held_bulk: deque[_Running] = deque()  # event-loop thread only
+        # Flex and bulk requests waiting for room beside people, flex first (event-loop thread only).
+        self._held: dict[RequestClass, deque[_Running]] = {cls: deque() for cls in _HELD_CLASSES}
         self._in_llm: dict[RequestClass, int] = dict.fromkeys(RequestClass, 0)  # event-loop thread only
         self._latest_record: dict[str, object] | None = None
         self._fallback = EngineStats(
@@ -191,30 +196,36 @@ class LlmApiEngineLoop:
     def stats(self) -> EngineStats:
         with self._lock:
             record = self._latest_record
-            bulk = sum(entry.request.request_class is RequestClass.BULK for entry in self._running.values())
-            counts = RequestCounts(interactive=len(self._running) - bulk, bulk=bulk, held=len(self._held_bulk))
+            by_class = dict.fromkeys(RequestClass, 0)
+            for entry in self._running.values():
+                by_class[entry.request.request_class] += 1
+            held = sum(len(queue) for queue in self._held.values())
+        counts = RequestCounts(
+            priority=by_class[RequestClass.PRIORITY],
+            interactive=by_class[RequestClass.INTERACTIVE],
+            flex=by_class[RequestClass.FLEX],
+            bulk=by_class[RequestClass.BULK],
+            held=held,
+        )
         return engine_stats(record, counts, self._fallback)
 
     # --- event-loop thread -------------------------------------------------------------------
 
     def _admit(self, entry: _Running) -> None:
-        if entry.request.request_class is RequestClass.BULK and not self._with_priority:
-            self._held_bulk.append(entry)
-            self._release_bulk()
+        held = self._held.get(entry.request.request_class)
+        if held is not None and not self._with_priority:
+            held.append(entry)
+            self._release_held()
         else:
             self._start(entry)
 
-    def _release_bulk(self) -> None:
-        """Start held bulk requests, oldest first, while the LLM has room beside people."""
-        room = (
-            self._limits.max_batch_size
-            - self._limits.interactive_reserve
-            - self._in_llm[RequestClass.INTERACTIVE]
-            - self._in_llm[RequestClass.BULK]
-        )
-        while self._held_bulk and room > 0:
-            self._start(self._held_bulk.popleft())
-            room -= 1
+    def _release_held(self) -> None:
+        """Start held requests, flex before bulk, oldest first, while the LLM has room beside people."""
+        room = self._limits.max_batch_size - self._limits.interactive_reserve - sum(self._in_llm.values())
+        for held in self._held.values():
+            while held and room > 0:
+                self._start(held.popleft())
+                room -= 1
 
     def _start(self, entry: _Running) -> None:
         self._in_llm[entry.request.request_class] += 1
@@ -257,7 +268,7 @@ class LlmApiEngineLoop:
             self._finish(entry, (), FinishReason.CANCELLED if entry.cancel_requested else FinishReason.ABORTED)
         finally:
             self._in_llm[request.request_class] -= 1
-            self._release_bulk()
+            self._release_held()
 
     async def _complete(self, request: EngineRequest, token_ids: Sequence[int]) -> bool:
         """Whether a reply TensorRT-LLM ended `stop` is complete under the request's grammar (True
@@ -285,8 +296,9 @@ class LlmApiEngineLoop:
         if entry is None or entry.cancel_requested:
             return
         entry.cancel_requested = True
-        if entry in self._held_bulk:
-            self._held_bulk.remove(entry)
+        held = self._held.get(entry.request.request_class)
+        if held is not None and entry in held:
+            held.remove(entry)
             self._finish(entry, (), FinishReason.CANCELLED)
         elif entry.generation is not None:
             entry.generation.abort()
@@ -303,7 +315,8 @@ class LlmApiEngineLoop:
         """Shutdown: every unfinished request ends ABORTED, before its generation is aborted.
         Aborting first would end the quick ones "cancelled", which clients read as a stop they
         asked for (OpenAI's "stop"), not as the server failing them."""
-        self._held_bulk.clear()
+        for held in self._held.values():
+            held.clear()
         with self._lock:
             entries = list(self._running.values())
         for entry in entries:

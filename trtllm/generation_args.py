@@ -3,15 +3,16 @@
     prompt_token_ids + resume_token_ids ──▶ inputs (the resumed reply is context, not output)
     max_tokens - len(resume_token_ids)  ──▶ SamplingParams.max_tokens
     temperature 0                       ──▶ greedy: top_k 1 (TensorRT-LLM's greedy path)
-    request_class                       ──▶ priority (0..1, default 0.5), where the release has it
+    request_class                       ──▶ priority (0..1, default 0.5), where the release has it:
+                                            priority 1.0, interactive 0.75, flex 0.25, bulk 0.0
     cache_namespace                     ──▶ cache_salt (blocks are reused only under one salt)
 
 `llm` tokenizes and detokenizes, so the engine deals in ids only: `detokenize` is off and
 `end_id` is always given (the checkpoint's, not looked up in the LLM's tokenizer, which is
 loaded only for guided decoding). `generate_async` takes `priority` only from TensorRT-LLM 1.3
 on (with the scheduler's `waiting_queue_policy: priority`); where the pinned release has none
-(build_engines/trtllm_pin.py) the engine loop holds bulk back itself (`trtllm.engine_loop`), so
-`with_priority` is False there.
+(build_engines/trtllm_pin.py) the engine loop holds flex and bulk back itself
+(`trtllm.engine_loop`), so `with_priority` is False there.
 
 Stop token *sequences* are not passed down: the LLM API takes single stop token ids only, so
 `trtllm.stop_sequences` matches sequences on the streamed tokens and the loop aborts the request.
@@ -28,8 +29,16 @@ from typing import Any
 
 from engine.request import EngineRequest, RequestClass
 
-# Interactive work is scheduled ahead of bulk when the executor must choose (its default is 0.5).
-PRIORITY_OF_CLASS: dict[RequestClass, float] = {RequestClass.INTERACTIVE: 1.0, RequestClass.BULK: 0.0}
+# The executor's queue order when it must choose, highest first (its default is 0.5): the classes'
+# order, spread over 0..1 with people's two classes above the default and flex and bulk below it.
+# TensorRT-LLM orders its waiting queue by it and never preempts by it: the CPU engine's
+# preemption by class (engine/request.py PREEMPTS) has no counterpart here.
+PRIORITY_OF_CLASS: dict[RequestClass, float] = {
+    RequestClass.PRIORITY: 1.0,
+    RequestClass.INTERACTIVE: 0.75,
+    RequestClass.FLEX: 0.25,
+    RequestClass.BULK: 0.0,
+}
 
 
 @dataclass(frozen=True, slots=True)

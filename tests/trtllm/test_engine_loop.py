@@ -20,7 +20,7 @@ from tests.trtllm.fake_llm import FakeLLM
 from trtllm.engine_loop import EngineLimits, LlmApiEngineLoop
 
 TIMEOUT_S = 10.0
-INTERACTIVE, BULK = RequestClass.INTERACTIVE, RequestClass.BULK
+PRIORITY, INTERACTIVE, FLEX, BULK = RequestClass  # highest first
 # Batch of 8: bulk leaves max(1, 8 // 8) = 1 slot to people when the executor has no priorities.
 LIMITS = EngineLimits(
     vocab_size=1000, max_seq_len=64, max_batch_size=8, kv_tokens=4096, tokens_per_block=32, end_id=999
@@ -183,16 +183,19 @@ def test_cancel_before_the_request_starts_never_reaches_the_llm(make_loop: Any) 
 # --- request classes ---------------------------------------------------------------------------
 
 
-def test_with_priority_classes_go_to_the_llm_as_priorities_and_bulk_is_not_held(make_loop: Any) -> None:
+def test_with_priority_classes_go_to_the_llm_as_priorities_and_nothing_is_held(make_loop: Any) -> None:
     llm = FakeLLM(gated=True)
     loop = make_loop(llm, with_priority=True)
     for i in range(9):
         loop.submit(make_request(f"b{i}", (i + 1,), request_class=BULK))
+    loop.submit(make_request("f", (99,), request_class=FLEX))
     loop.submit(make_request("i", (100,)))
-    calls = llm.wait_for_calls(10)
-    assert [c.extra["priority"] for c in calls] == [0.0] * 9 + [1.0]
+    loop.submit(make_request("p", (101,), request_class=PRIORITY))
+    calls = llm.wait_for_calls(12)
+    assert [c.extra["priority"] for c in calls] == [0.0] * 9 + [0.25, 0.75, 1.0]
     stats = loop.stats()
-    assert (stats.waiting_requests, stats.bulk_requests, stats.interactive_requests) == (0, 9, 1)
+    assert stats.waiting_requests == 0
+    assert stats.class_metrics() == {"priority": 1, "interactive": 1, "flex": 1, "bulk": 9}
 
 
 def test_without_priority_bulk_is_held_while_it_would_take_the_room_people_need(make_loop: Any) -> None:
@@ -227,6 +230,38 @@ def test_without_priority_bulk_is_held_while_it_would_take_the_room_people_need(
     final_only(bulk[1])
     llm.settle()
     assert [c.inputs for c in llm.calls[8:]] == [[8], [9]]
+    assert loop.stats().waiting_requests == 0
+
+
+def test_without_priority_held_flex_goes_in_before_held_bulk_and_after_people(make_loop: Any) -> None:
+    """Batch 2, reserve 1: one slot for flex and bulk together. Priority and interactive always
+    go in; as room appears the held flex request starts before the bulk one that came first."""
+    llm = FakeLLM(gated=True)
+    loop = make_loop(llm, BATCH_OF_2)
+    b0 = loop.submit(make_request("b0", (1,), max_tokens=1, request_class=BULK))
+    b1 = loop.submit(make_request("b1", (2,), max_tokens=1, request_class=BULK))
+    f0 = loop.submit(make_request("f0", (3,), max_tokens=1, request_class=FLEX))
+    person = loop.submit(make_request("p", (4,), max_tokens=1, request_class=PRIORITY))
+    llm.settle()
+    assert [c.inputs for c in llm.calls] == [[1], [4]]  # b0 had the slot; priority is never held
+    stats = loop.stats()
+    assert (stats.waiting_requests, stats.flex_requests, stats.bulk_requests, stats.priority_requests) == (2, 1, 2, 1)
+
+    llm.calls[0].allow()  # b0 ends, but with a person in the LLM there is no room
+    final_only(b0)
+    llm.settle()
+    assert len(llm.calls) == 2
+
+    llm.calls[1].allow()  # the person's reply ends: the slot goes to flex, then bulk
+    final_only(person)
+    llm.settle()
+    assert [c.inputs for c in llm.calls[2:]] == [[3]]
+    llm.calls[2].allow()
+    final_only(f0)
+    llm.settle()
+    assert [c.inputs for c in llm.calls[2:]] == [[3], [2]]
+    llm.calls[3].allow()
+    final_only(b1)
     assert loop.stats().waiting_requests == 0
 
 

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from engine.request import EngineRequest, RequestClass, SamplingParams
-from trtllm.generation_args import GenerationArgs, generation_args
+from engine.request import CLASS_ORDER, EngineRequest, RequestClass, SamplingParams
+from trtllm.generation_args import PRIORITY_OF_CLASS, GenerationArgs, generation_args
 
 END_ID = 2
 BASE = {"end_id": END_ID, "max_tokens": 8, "ignore_eos": False, "detokenize": False}
@@ -52,12 +52,25 @@ def test_a_resumed_reply_is_context_and_counts_towards_max_tokens() -> None:
     assert args.sampling["max_tokens"] == 5
 
 
-@pytest.mark.parametrize(("request_class", "priority"), [(RequestClass.INTERACTIVE, 1.0), (RequestClass.BULK, 0.0)])
+@pytest.mark.parametrize(
+    ("request_class", "priority"),
+    list(zip(RequestClass, (1.0, 0.75, 0.25, 0.0), strict=True)),
+)
 def test_the_class_is_a_priority_only_where_the_release_takes_one(request_class: RequestClass, priority: float) -> None:
     assert generation_args(request(request_class), END_ID, with_priority=True).extra == {"priority": priority}
     assert generation_args(request(request_class), END_ID, with_priority=False).extra == {}
 
 
+def test_priorities_follow_the_class_order_around_the_executors_default() -> None:
+    """Highest class, highest priority; people's classes above TensorRT-LLM's default 0.5
+    (a request sent without one), flex and bulk below it."""
+    priorities = [PRIORITY_OF_CLASS[cls] for cls in CLASS_ORDER]
+    assert priorities == sorted(priorities, reverse=True) and len(set(priorities)) == len(priorities)
+    assert all(0.0 <= p <= 1.0 for p in priorities)
+    people = {cls for cls in CLASS_ORDER if PRIORITY_OF_CLASS[cls] > 0.5}
+    assert people == {RequestClass.PRIORITY, RequestClass.INTERACTIVE}
+
+
 def test_the_cache_namespace_is_the_cache_salt() -> None:
     args = generation_args(request(namespace="team-a"), END_ID, with_priority=True)
-    assert args.extra == {"priority": 1.0, "cache_salt": "team-a"}
+    assert args.extra == {"priority": 0.75, "cache_salt": "team-a"}
