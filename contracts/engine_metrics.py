@@ -19,6 +19,10 @@ from contracts.metric_names import (
     KV_CLASS_METRIC,
     REQUEST_METRIC,
 )
+from contracts.service_tier import INTERACTIVE_SHAPED, PREEMPTS
+
+# The classes whose KV people's requests (priority, interactive) may take: flex and bulk.
+_PREEMPTIBLE_KV = PREEMPTS["priority"] | PREEMPTS["interactive"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,10 +31,18 @@ class KvCache:
 
     capacity_tokens: int
     free_tokens: int
-    interactive_requests: int = 0  # in the engine now (`switchyard_engine_requests`)
+    # People's requests in the engine now, admitted or waiting (`switchyard_engine_requests` of
+    # the interactive-shaped classes: priority, interactive and flex).
+    interactive_requests: int = 0
     # Held by admitted bulk in an engine that preempts it for people (`switchyard_engine_kv_blocks`;
     # 0 where the engine exports none, as TensorRT-LLM does).
     bulk_tokens: int = 0
+    flex_tokens: int = 0  # the same, held by admitted flex (preempted by priority and interactive)
+
+    @property
+    def preemptible_tokens(self) -> int:
+        """KV a priority or interactive request may take by preemption: flex's and bulk's."""
+        return self.bulk_tokens + self.flex_tokens
 
 
 # The families these parsers read. A server's /metrics text is mostly Triton's own per-model
@@ -49,8 +61,8 @@ def _engine_samples(metrics_text: str) -> list[Sample]:
 
 
 def parse_kv_cache(metrics_text: str) -> KvCache:
-    """The KV capacity, free tokens and tokens held by bulk, and the interactive requests in
-    the engine, in one server's Prometheus metrics text."""
+    """The KV capacity, free tokens and tokens held by bulk and by flex, and the people's
+    requests in the engine, in one server's Prometheus metrics text."""
     return _kv_cache(_engine_samples(metrics_text))
 
 
@@ -62,19 +74,20 @@ def _kv_cache(samples: list[Sample]) -> KvCache:
         return per_engine.setdefault(tuple(sorted((k, v) for k, v in labels.items() if k != own)), {})
 
     for sample in samples:
-        if sample.name == CLASS_METRIC and sample.labels.get("request_class") == "interactive":
+        if sample.name == CLASS_METRIC and sample.labels.get("request_class") in INTERACTIVE_SHAPED:
             interactive += int(sample.value)
-        elif sample.name == KV_CLASS_METRIC and sample.labels.get("request_class") == "bulk":
-            engine_of(sample.labels, "request_class")["bulk"] = sample.value
+        elif sample.name == KV_CLASS_METRIC and sample.labels.get("request_class") in _PREEMPTIBLE_KV:
+            engine_of(sample.labels, "request_class")[sample.labels["request_class"]] = sample.value
         elif sample.name == KV_CACHE_BLOCK_METRIC and "kv_cache_block_type" in sample.labels:
             engine_of(sample.labels, "kv_cache_block_type")[sample.labels["kv_cache_block_type"]] = sample.value
-    capacity = free = bulk = 0
+    capacity = free = bulk = flex = 0
     for blocks in per_engine.values():
         tokens_per = int(blocks.get("tokens_per", 0))
         capacity += int(blocks.get("max", 0)) * tokens_per
         free += int(blocks.get("free", 0)) * tokens_per
         bulk += int(blocks.get("bulk", 0)) * tokens_per
-    return KvCache(capacity, free, interactive, bulk)
+        flex += int(blocks.get("flex", 0)) * tokens_per
+    return KvCache(capacity, free, interactive, bulk, flex)
 
 
 def parse_kv_capacity(metrics_text: str) -> int:
@@ -92,7 +105,13 @@ class EngineHealth:
     active: int  # requests admitted in the engines
     waiting: int  # requests queued for admission
     bulk_tokens: int = 0  # KV held by bulk that people's requests may preempt (KvCache.bulk_tokens)
-    interactive_requests: int = 0  # in the engines, admitted or waiting (as KvCache's)
+    interactive_requests: int = 0  # people's, in the engines, admitted or waiting (as KvCache's)
+    flex_tokens: int = 0  # KV held by flex that priority and interactive may preempt
+
+    @property
+    def preemptible_tokens(self) -> int:
+        """KV a priority or interactive request may take by preemption: flex's and bulk's."""
+        return self.bulk_tokens + self.flex_tokens
 
     @property
     def in_flight(self) -> int:
@@ -134,4 +153,5 @@ def parse_engine_health(metrics_text: str) -> EngineHealth:
         waiting,
         kv.bulk_tokens,
         kv.interactive_requests,
+        kv.flex_tokens,
     )

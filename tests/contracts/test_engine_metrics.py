@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from contracts.engine_metrics import EngineHealth, parse_engine_health
+from contracts.engine_metrics import EngineHealth, parse_engine_health, parse_kv_cache
 
 METRICS = """\
 # HELP nv_trt_llm_kv_cache_block_metrics KV cache blocks
@@ -57,3 +57,26 @@ def test_only_the_engine_families_are_read_among_tritons_own() -> None:
     )
     assert parse_engine_health(tritons + METRICS) == parse_engine_health(METRICS)
     assert parse_engine_health(METRICS + tritons) == parse_engine_health(METRICS)
+
+
+def test_flex_kv_counts_as_preemptible_beside_bulks_and_every_persons_class_as_interactive() -> None:
+    """What priority and interactive requests may take (contracts/service_tier.py PREEMPTS):
+    flex's KV and bulk's; `bulk_tokens` keeps meaning bulk's alone."""
+    tiers = METRICS + "".join(
+        f'switchyard_engine_{family}{{model="cpu_engine",request_class="{cls}",version="1"}} {value}\n'
+        for family, cls, value in (
+            ("kv_blocks", "priority", 40),
+            ("kv_blocks", "flex", 12),
+            ("requests", "priority", 1),
+            ("requests", "interactive", 4),
+            ("requests", "flex", 2),
+            ("requests", "bulk", 9),
+        )
+    )
+    health = parse_engine_health(tiers)
+    assert (health.bulk_tokens, health.flex_tokens, health.preemptible_tokens) == (28 * 16, 12 * 16, 40 * 16)
+    assert health.interactive_requests == 1 + 4 + 2  # people's classes; bulk's are not
+    kv = parse_kv_cache(tiers)
+    assert (kv.bulk_tokens, kv.flex_tokens, kv.preemptible_tokens) == (28 * 16, 12 * 16, 40 * 16)
+    assert kv.interactive_requests == 7
+    assert parse_engine_health(METRICS).preemptible_tokens == 28 * 16  # an engine of two classes
