@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -22,6 +22,7 @@ from config.internal_secrets import (
 )
 from config.network_settings import NetworkSpec
 from config.redis_settings import RedisSpec as RedisSpec
+from config.tier_names import RequestClass, ServiceTier
 
 DEFAULT_CONFIG_PATH = Path(__file__).resolve().parent.parent / "switchyard.yaml"
 
@@ -107,6 +108,10 @@ class PoolSpec(_Strict):
 
     model_id: str
     target_copies: Annotated[int, Field(ge=0)] = 1
+    # Tokens of work (prefill, and the decode streams a step shares) one server gets through a
+    # second: turns a first-token target (`x-slo-ttft-ms`) into the router's start-cost budget
+    # and a predicted TTFT (docs/tiers.md). None: targets only order a server's waiting work.
+    prefill_tokens_per_s: Annotated[float, Field(gt=0)] | None = None
     # The autoscaler keeps the pool's copies within these bounds (`autoscaler:` below); None:
     # max_copies is target_copies (the autoscaler never goes above the ports the config checks).
     min_copies: Annotated[int, Field(ge=0)] = 1
@@ -158,6 +163,13 @@ class FleetSpec(_Strict):
     load_publish_s: Annotated[float, Field(gt=0, le=5)] = 0.1
 
 
+# What a team may use when switchyard.yaml names no tiers for it.
+DEFAULT_TIERS: tuple[ServiceTier, ...] = ("default", "flex", "batch")
+TIER_OF_CLASS_NAME: dict[RequestClass, ServiceTier] = dict(
+    zip(get_args(RequestClass), get_args(ServiceTier), strict=True)
+)
+
+
 class TeamSpec(_Strict):
     """A team: its share of the fleet (weight), the models it may use and optional hard limits.
 
@@ -168,12 +180,34 @@ class TeamSpec(_Strict):
     models: list[str] = ["*"]  # "*" allows every model
     max_inflight_tokens: Annotated[int, Field(ge=1)] | None = None
     tokens_per_day: Annotated[int, Field(ge=1)] | None = None
-    default_class: Literal["interactive", "bulk"] = "interactive"
+    default_class: RequestClass = "interactive"
+    # Entitlements (docs/tiers.md): the tiers the team may use, each with the team's weight
+    # inside it (teams share a tier by these weights). None: `default`, `flex` and `batch` at
+    # the team's weight; `priority` is only ever granted by name.
+    tiers: dict[ServiceTier, Annotated[float, Field(gt=0)]] | None = None
     api_key_hashes: list[str] = []
     storage_bytes: Annotated[int, Field(ge=1)] | None = None  # None: bulk.team_storage_bytes
 
     def may_use(self, model_id: str) -> bool:
         return "*" in self.models or model_id in self.models
+
+    @property
+    def tier_weights(self) -> dict[ServiceTier, float]:
+        """Each granted tier and the team's weight inside it."""
+        if self.tiers is not None:
+            return dict(self.tiers)
+        return {tier: self.weight for tier in DEFAULT_TIERS}
+
+    @model_validator(mode="after")
+    def _default_class_granted(self) -> TeamSpec:
+        tier = TIER_OF_CLASS_NAME[self.default_class]
+        if tier not in self.tier_weights:
+            granted = ", ".join(self.tier_weights) or "none"
+            raise ValueError(
+                f"default_class {self.default_class!r} is the {tier!r} tier, "
+                f"which the team's tiers ({granted}) do not grant"
+            )
+        return self
 
 
 class QuotaSpec(_Strict):
@@ -181,6 +215,8 @@ class QuotaSpec(_Strict):
 
     lease_ttl_s: Annotated[float, Field(gt=0)] = 30.0  # a dead gateway's leases go after this
     queue_timeout_s: Annotated[float, Field(ge=0)] = 5.0  # fleet full: how long interactive waits
+    # No idle room: how long a flex request waits for some (behind the higher tiers) before its 429.
+    flex_wait_s: Annotated[float, Field(ge=0)] = 2.0
     capacity_refresh_s: Annotated[float, Field(gt=0)] = 1.0
 
 

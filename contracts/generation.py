@@ -15,11 +15,11 @@ Cancellation contract (both ways must free the server's KV):
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
-from contracts.service_tier import RequestClass
+from config.tier_names import RequestClass as RequestClass  # re-exported: a request's class
 from contracts.token_ids import PackedTokenIds
 
 # Values of the `llm` model's `finish_reason` output (docs/tensors.md): engine.request.FinishReason's.
@@ -153,6 +153,16 @@ class RequestRejected(BackendError):
     def __init__(self, detail: str) -> None:
         super().__init__(detail)
         self.detail = detail
+
+
+@runtime_checkable
+class TtftPredictor(Protocol):
+    """A backend that can tell how soon a request's first token could come (the router's view)."""
+
+    def predicted_ttft_s(self, model_id: str, request_tokens: int, prefix_block_hashes: Sequence[int]) -> float | None:
+        """Seconds to the first token on the best server for it; None when it cannot tell (no
+        server ready, or the pool has no `prefill_tokens_per_s`)."""
+        ...
 
 
 class GenerationBackend(Protocol):

@@ -68,6 +68,11 @@ TopP = Annotated[
 ]
 
 
+# A latency target in ms: at most an hour (the servers' `slo_ttft_ms` input takes the same range).
+MAX_SLO_MS = 3_600_000
+SloMs = Annotated[int, Field(ge=1, le=MAX_SLO_MS)]
+
+
 class GenerateBody(UnicodeChecked):
     """POST /v1/generate. Ranges are the engine's after conversion to each tensor's dtype
     (contracts/field_checks.py), so what passes here no model server refuses."""
@@ -88,6 +93,9 @@ class GenerateBody(UnicodeChecked):
     ignore_eos: bool = False
     # The reply held to a JSON schema or object, as OpenAI's field says (contracts/openai_wire/response_format.py).
     response_format: ResponseFormat | None = None
+    # Latency targets (docs/tiers.md), as the headers x-slo-ttft-ms / x-slo-tpot-ms give them.
+    slo_ttft_ms: SloMs | None = None
+    slo_tpot_ms: SloMs | None = None
 
 
 class UsageBody(BaseModel):

@@ -14,17 +14,18 @@ tier names are OpenAI's, on the OpenAI routes and in usage. One mapping, here.
 
 from __future__ import annotations
 
-from typing import Literal, get_args
+from typing import get_args
 
-RequestClass = Literal["priority", "interactive", "flex", "bulk"]
-ServiceTier = Literal["priority", "default", "flex", "batch"]
+from config.settings import TIER_OF_CLASS_NAME
+from config.tier_names import RequestClass as RequestClass
+from config.tier_names import ServiceTier as ServiceTier
 
 # Highest first: the order every scheduler (admission's queue, the engine's) serves them in.
 REQUEST_CLASSES: tuple[RequestClass, ...] = get_args(RequestClass)
 SERVICE_TIERS: tuple[ServiceTier, ...] = get_args(ServiceTier)
 
 CLASS_OF_TIER: dict[ServiceTier, RequestClass] = dict(zip(SERVICE_TIERS, REQUEST_CLASSES, strict=True))
-TIER_OF_CLASS: dict[RequestClass, ServiceTier] = dict(zip(REQUEST_CLASSES, SERVICE_TIERS, strict=True))
+TIER_OF_CLASS: dict[RequestClass, ServiceTier] = TIER_OF_CLASS_NAME
 # 0 is served first.
 CLASS_RANK: dict[RequestClass, int] = {request_class: rank for rank, request_class in enumerate(REQUEST_CLASSES)}
 

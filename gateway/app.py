@@ -26,7 +26,7 @@ from config.replica_acks import ReplicaAcks
 from config.settings import SwitchyardConfig, load_config
 from config.startup_heap import freeze_startup_heap
 from contracts.catalog import ModelCatalog
-from contracts.generation import GenerationBackend
+from contracts.generation import GenerationBackend, TtftPredictor
 from contracts.latency_log import LatencyLog
 from contracts.openai_wire.chat_template import ChatTemplates
 from fleet_state.registry import ServerRegistry
@@ -206,6 +206,7 @@ async def _services(
     generation = GenerationService(
         config, models, registry, idempotency=idempotency, admission=admission, metering=metering, bus=bus,
         metrics=app.state.metrics, latency_log=latency_log,
+        predictor=backend if isinstance(backend, TtftPredictor) else None,
     )  # fmt: skip
     await bus.start(generation.on_bus_message)
     templates = ChatTemplates(config)

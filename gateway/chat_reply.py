@@ -33,6 +33,7 @@ from contracts.openai_wire.schemas import (
     ToolCallOut,
 )
 from contracts.openai_wire.tool_calls import parse_call, tool_call_grammar
+from contracts.service_tier import TIER_OF_CLASS
 from contracts.token_text import TokenTexts
 from gateway.openai_serving import Constraints, sse_data
 from gateway.tool_call_stream import Piece, ToolCallReader
@@ -84,8 +85,9 @@ def whole_chat(
     logprobs = None if texts is None else chat_logprobs(texts, reply_logprobs(entry.deltas))
     choice = ChatChoice(message=message, logprobs=logprobs, finish_reason=reason)
     return ChatCompletion(
-        id=chunk_id, created=created, model=model, choices=[choice], usage=CompletionUsage.of(entry.usage)
-    )
+        id=chunk_id, created=created, model=model, choices=[choice], usage=CompletionUsage.of(entry.usage),
+        service_tier=TIER_OF_CLASS[entry.request_class],
+    )  # fmt: skip
 
 
 class ChatChunks:
@@ -93,12 +95,13 @@ class ChatChunks:
     ChunkWriter): content, or a call's pieces, each with its tokens' log-probabilities."""
 
     def __init__(
-        self, chunk_id: str, created: int, model: str, public_id: str, *, texts: TokenTexts | None, calls: bool
+        self, chunk_id: str, created: int, model: str, entry: InflightRequest, *, texts: TokenTexts | None, calls: bool
     ) -> None:
         self.id = chunk_id
         self._created = created
         self._model = model
-        self._public_id = public_id
+        self._public_id = entry.public_id
+        self._tier = TIER_OF_CLASS[entry.request_class]
         self._texts = texts
         self._reader = ToolCallReader() if calls else None
 
@@ -147,5 +150,7 @@ class ChatChunks:
         return ChatDelta(tool_calls=[ToolCallDelta(function=FunctionCallDelta(arguments=text))])
 
     def _event(self, choices: list[ChatChunkChoice], usage: CompletionUsage | None = None) -> bytes:
-        chunk = ChatCompletionChunk(id=self.id, created=self._created, model=self._model, choices=choices, usage=usage)
+        chunk = ChatCompletionChunk(
+            id=self.id, created=self._created, model=self._model, choices=choices, usage=usage, service_tier=self._tier
+        )
         return sse_data(chunk)

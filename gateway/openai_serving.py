@@ -1,7 +1,9 @@
 """What the OpenAI-compatible routes share: their headers, answering only once the reply has
 started, how a request's end reads in OpenAI's words, and the streamed event loop.
 
-    X-Switchyard-Class: interactive|bulk    the request class (default: the team's default_class)
+    X-Switchyard-Class: CLASS               the request class: priority, interactive, flex or bulk
+                                            (default: `service_tier`, else the team's default_class)
+    X-SLO-TTFT-ms, X-SLO-TPOT-ms: MS        latency targets (docs/tiers.md)
     X-Request-Id: ID                        the request id (default: a new one); the reply's `id`
                                             is `chatcmpl-ID` / `cmpl-ID`, DELETE /v1/generate/ID
                                             cancels it
@@ -41,8 +43,10 @@ from contracts.generation import BackendError, GenerationDelta, RequestClass, Us
 from contracts.openai_wire.schemas import OPENAI_TEMPERATURE, ChatCompletionRequest, CompletionRequest, FinishReason
 from contracts.prompt_context import count_prompt_tokens
 from contracts.schemas import RequestId
+from contracts.service_tier import CLASS_OF_TIER, REQUEST_CLASSES
 from gateway.disconnects import wait_unless_disconnected
 from gateway.error_handlers import error_response
+from gateway.latency_targets import LatencyTargets
 from gateway.sse import DONE, HEARTBEAT, sse_event
 from serving.generation import GenerationInput
 from serving.idempotency import fingerprint
@@ -59,7 +63,7 @@ _REQUEST_ID = TypeAdapter(RequestId)
 
 
 # What the document says the headers take (checked by hand below, for messages in our words).
-_CLASS_HEADER_DOC = Header(json_schema_extra={"enum": ["interactive", "bulk"]})
+_CLASS_HEADER_DOC = Header(json_schema_extra={"enum": list(REQUEST_CLASSES)})
 _REQUEST_ID_HEADER_DOC = Header(json_schema_extra={"pattern": "^[A-Za-z0-9._:-]{1,128}$"})
 
 
@@ -69,12 +73,12 @@ async def request_class_header(
     """The header's class; None without one (the team's `default_class` then applies)."""
     if x_switchyard_class is None:
         return None
-    if x_switchyard_class == "interactive":
-        return "interactive"
-    if x_switchyard_class == "bulk":
-        return "bulk"
+    for request_class in REQUEST_CLASSES:
+        if x_switchyard_class == request_class:
+            return request_class
+    choices = ", ".join(repr(name) for name in REQUEST_CLASSES)
     raise invalid_request(
-        f"header {CLASS_HEADER} must be 'interactive' or 'bulk'; got {echoed(x_switchyard_class)}", CLASS_HEADER
+        f"header {CLASS_HEADER} must be one of {choices}; got {echoed(x_switchyard_class)}", CLASS_HEADER
     )
 
 
@@ -266,16 +270,28 @@ def started_generation(
     max_tokens: int,
     request_class: RequestClass | None,
     request_id: str | None,
-    constraints: Constraints = Constraints(),
+    constraints: Constraints,
+    targets: LatencyTargets,
 ) -> tuple[GenerationInput, str]:
     """What both OpenAI routes ask `GenerationService.start` for: the generation (prompt and
-    max_tokens as the route resolved them) and the body's fingerprint, scoped by `route`."""
+    max_tokens as the route resolved them) and the body's fingerprint, scoped by `route`. The
+    class is `X-Switchyard-Class`'s or `service_tier`'s (`auto`: the team's default)."""
+    tier = body.service_tier
+    tier_class = None if tier is None or tier == "auto" else CLASS_OF_TIER[tier]
+    if request_class is not None and tier_class is not None and request_class != tier_class:
+        raise invalid_request(
+            f"service_tier {body.service_tier!r} and header {CLASS_HEADER}: {request_class!r} disagree; send one",
+            "service_tier",
+        )
     inp = GenerationInput(
         model=body.model,
         prompt=prompt,
         max_tokens=max_tokens,
         stop=tuple(body.stop),
-        request_class=request_class,
+        request_class=request_class or tier_class,
+        tier_param="service_tier" if request_class is None else CLASS_HEADER,
+        slo_ttft_ms=targets.ttft_ms,
+        slo_tpot_ms=targets.tpot_ms,
         request_id=request_id,
         temperature=OPENAI_TEMPERATURE if body.temperature is None else body.temperature,
         top_p=body.top_p,

@@ -6,9 +6,16 @@
         ├─ REFUSE_TEAM / REFUSE_LIMIT ─────────────────▶ AdmissionRefused 429 + Retry-After
         ├─ TOO_LARGE ──────────────────────────────────▶ AdmissionRefused 413 (param max_tokens)
         └─ FLEET_FULL ─┬─ bulk ────────────────────────▶ AdmissionRefused 503 + Retry-After
-                       └─ interactive: wait in the pool's fair queue (marked waiting in Redis,
-                          so other teams stop borrowing), retry when room frees, and after
+                       └─ priority, interactive: wait in the pool's queue, tier first then fair
+                          by the team's weight in the tier (marked waiting in Redis, so other
+                          teams stop borrowing), retry when room frees, and after
                           `queue_timeout_s` ───────────▶ AdmissionRefused 503 + Retry-After
+
+Flex (docs/tiers.md) runs only on room the higher tiers leave: the script sees it as it sees
+bulk (never admitted while a higher tier waits, never against borrowers' room), at its full
+size. Found no room (FLEET_FULL, or REFUSE_TEAM: beyond its share with no idle room), it waits
+behind the higher tiers' waiters for `quota.flex_wait_s`, then 429 `flex_capacity_unavailable`
+with Retry-After.
 
 The caller keeps the lease alive while the request runs (`renewing`: one renewal call for all of
 a process's leases) and releases it at the end.
@@ -31,6 +38,8 @@ from redis.exceptions import RedisError
 
 from config.script_runner import ScriptRunner
 from config.settings import SwitchyardConfig
+from config.tier_names import RequestClass
+from contracts.service_tier import CLASS_RANK, FLEX_CAPACITY_UNAVAILABLE, REQUEST_CLASSES, TIER_OF_CLASS
 from quota.capacity import CapacitySource
 from quota.fair_queue import FairQueue
 from quota.lease_size import bulk_lease_tokens
@@ -39,7 +48,6 @@ from quota.shares import Decision, ShareDecision, SharePolicy, TeamLimits, TeamL
 
 logger = logging.getLogger(__name__)
 
-REQUEST_CLASSES = ("interactive", "bulk")
 # A queued request's waiting mark outlives its deadline by this much, so the mark is never
 # gone while the request still tries; a dead gateway's marks still go soon after.
 _WAIT_MARK_SLACK_S = 1.0
@@ -59,6 +67,7 @@ class AdmissionRefused(Exception):
         message: str,
         param: str | None = None,
         decision: Decision = Decision.FLEET_FULL,
+        code: str | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
@@ -66,6 +75,7 @@ class AdmissionRefused(Exception):
         self.message = message
         self.param = param
         self.decision = decision
+        self.code = code  # the error's code, where the status's usual one says too little
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +111,7 @@ class Admission:
             {team: TeamLimits(spec.max_inflight_tokens, spec.tokens_per_day) for team, spec in config.teams.items()},
         )
         self.store = LeaseStore(client, self.policy, clock, prefix, scripts)
+        self._tier_weights = {team: spec.tier_weights for team, spec in config.teams.items()}
         self._quota = config.quota
         self._bulk_lease_fraction = config.bulk.lease_fraction
         self._clock = clock
@@ -113,7 +124,7 @@ class Admission:
         capacity.subscribe(self._capacity_changed)
 
     async def admit(
-        self, team_id: str, pool_id: str, tokens: int, request_class: str, *, expected_s: float | None = None
+        self, team_id: str, pool_id: str, tokens: int, request_class: RequestClass, *, expected_s: float | None = None
     ) -> Lease:
         """A lease for `tokens` of KV (prompt + max_tokens), or AdmissionRefused. Bulk leases
         `bulk.lease_fraction` of them (`quota.lease_size`).
@@ -126,19 +137,26 @@ class Admission:
             raise ValueError(f"unknown pool {pool_id!r}")
         if team_id not in self.policy.weights:
             raise ValueError(f"unknown team {team_id!r}")
-        interactive = request_class == "interactive"
-        if not interactive:
+        # Admitted ahead of lower tiers, against borrowers' room, and queued when the fleet is full.
+        owner = request_class in ("priority", "interactive")
+        if request_class == "bulk":
             tokens = bulk_lease_tokens(tokens, self._bulk_lease_fraction)
-        may_wait = interactive and self._quota.queue_timeout_s > 0
-        mark = WaiterMark(uuid.uuid4().hex, self._clock() + self._quota.queue_timeout_s + _WAIT_MARK_SLACK_S)
+        wait_s = self._quota.queue_timeout_s if owner else self._quota.flex_wait_s if request_class == "flex" else 0.0
+        mark = (
+            WaiterMark(uuid.uuid4().hex, self._clock() + wait_s + _WAIT_MARK_SLACK_S) if owner and wait_s > 0 else None
+        )
         # Every request tries at once, queue or no queue: a refusal (429) must not wait, and a
         # request that fits now takes room the waiters' larger requests could not use.
-        outcome = await self._reserve(team_id, pool_id, tokens, interactive, expected_s, mark if may_wait else None)
+        outcome = await self._reserve(team_id, pool_id, tokens, owner, expected_s, mark)
         if outcome.lease is not None:
             return outcome.lease
-        if not may_wait or outcome.decision.decision is not Decision.FLEET_FULL:
-            raise _refusal(outcome.decision)
-        return await self._wait_for_room(team_id, pool_id, tokens, expected_s, mark, outcome.decision)
+        if wait_s > 0 and _waits_for_room(request_class, outcome.decision.decision):
+            return await self._wait_for_room(
+                team_id, pool_id, tokens, request_class, wait_s, expected_s, mark, outcome.decision
+            )
+        if request_class == "flex" and _waits_for_room(request_class, outcome.decision.decision):
+            raise _flex_refusal(pool_id, outcome.decision, wait_s)
+        raise _refusal(outcome.decision)
 
     async def release(self, lease: Lease) -> bool:
         """Give the lease's tokens back (idempotent) and wake the pool's queue."""
@@ -180,7 +198,7 @@ class Admission:
         team_id: str,
         pool_id: str,
         tokens: int,
-        interactive: bool,
+        interactive: bool,  # priority / interactive: an owner of the pool's room (the script's word)
         expected_s: float | None,
         mark: WaiterMark | None,
     ) -> ReserveOutcome:
@@ -207,42 +225,51 @@ class Admission:
         team_id: str,
         pool_id: str,
         tokens: int,
+        request_class: RequestClass,
+        wait_s: float,
         expected_s: float | None,
-        mark: WaiterMark,
+        mark: WaiterMark | None,
         last: ShareDecision,
     ) -> Lease:
-        """Queue in the pool's fair order until admitted, refused otherwise, or timed out (503).
+        """Queue in the pool's order (tier, then fair inside it) until admitted, refused
+        otherwise, or `wait_s` passes (503; a flex request's 429).
 
         Only the head of the queue tries again, when kicked (a release here, a capacity
         change) or every `queue_poll_s` (releases by other gateways): the room that frees goes
-        to the waiters in fair order. The Redis waiting mark, set by the FLEET_FULL answer,
-        stops other teams borrowing meanwhile."""
+        to the waiters in order. The Redis waiting mark of a priority or interactive waiter,
+        set by the FLEET_FULL answer, stops other teams borrowing (and flex and bulk starting)
+        meanwhile."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self._quota.queue_timeout_s
-        waiter = self._queues[pool_id].join(team_id, tokens, self.policy.weights[team_id], kick=False)
+        deadline = loop.time() + wait_s
+        owner = mark is not None
+        weight = self._tier_weights[team_id].get(TIER_OF_CLASS[request_class], self.policy.weights[team_id])
+        queue = self._queues[pool_id]
+        waiter = queue.join(team_id, tokens, weight, kick=False, rank=CLASS_RANK[request_class])
         served = False
         try:
             while (remaining := deadline - loop.time()) > 0:
                 await waiter.wait(min(self._poll_s, remaining))
                 if not waiter.is_head:
                     continue
-                outcome = await self._reserve(team_id, pool_id, tokens, True, expected_s, mark)
+                outcome = await self._reserve(team_id, pool_id, tokens, owner, expected_s, mark)
                 if outcome.lease is not None:
                     served = True
                     return outcome.lease
-                if outcome.decision.decision is not Decision.FLEET_FULL:
+                if not _waits_for_room(request_class, outcome.decision.decision):
                     raise _refusal(outcome.decision)
                 last = outcome.decision
         finally:
             waiter.leave(served)
-            if not served:
+            if not served and mark is not None:
                 with contextlib.suppress(RedisError):
                     await self.store.unwait(pool_id, mark.waiter_id)
+        if request_class == "flex":
+            raise _flex_refusal(pool_id, last, wait_s)
         retry = last.retry_after_s or 1
         raise AdmissionRefused(
             503,
             retry,
-            f"pool {pool_id!r} stayed full for {self._quota.queue_timeout_s:g} s while this request waited"
+            f"pool {pool_id!r} stayed full for {wait_s:g} s while this request waited"
             f" for {tokens} KV tokens: retry after {retry} s",
         )
 
@@ -260,6 +287,28 @@ class Admission:
     def _capacity_changed(self, pool_id: str) -> None:
         if pool_id in self._queues:
             self._queues[pool_id].kick()
+
+
+def _waits_for_room(request_class: RequestClass, decision: Decision) -> bool:
+    """Whether a refusal only says there is no room now: the fleet is full, or for flex (which
+    never takes room others want) its share is spent while nothing is idle."""
+    if request_class == "flex":
+        return decision in (Decision.FLEET_FULL, Decision.REFUSE_TEAM)
+    return decision is Decision.FLEET_FULL
+
+
+def _flex_refusal(pool_id: str, last: ShareDecision, waited_s: float) -> AdmissionRefused:
+    """429 for flex: no idle room came within its bounded wait (OpenAI answers flex so)."""
+    retry = last.retry_after_s or 1
+    return AdmissionRefused(
+        429,
+        retry,
+        f"no idle capacity for flex in pool {pool_id!r} within {waited_s:g} s: retry after {retry} s, "
+        "or send the request at the default tier",
+        None,
+        last.decision,
+        FLEX_CAPACITY_UNAVAILABLE,
+    )
 
 
 def _refusal(decision: ShareDecision) -> AdmissionRefused:

@@ -1,4 +1,8 @@
-"""Interactive requests waiting for room in a full pool, served in weighted fair order.
+"""Interactive-shaped requests waiting for room in a full pool: by tier, then in weighted fair
+order inside each tier.
+
+A waiter of a higher tier (a lower `rank`: contracts/service_tier.py's CLASS_RANK) is always
+ahead of every waiter of a lower one; inside a tier, teams take turns by their weight in it.
 
 When the fleet (not the team) is full, an interactive request waits here for a bounded time
 rather than failing at once (every request first tries on arrival; only those that found no
@@ -60,9 +64,11 @@ class FairOrder:
 class Waiter:
     """One queued request. Loop: `await wait(...)`, and when `is_head`, try to reserve."""
 
-    __slots__ = ("_event", "_queue", "finish", "seq", "start", "team_id", "tokens")
+    __slots__ = ("_event", "_queue", "finish", "rank", "seq", "start", "team_id", "tokens")
 
-    def __init__(self, queue: FairQueue, team_id: str, tokens: int, start: float, finish: float, seq: int) -> None:
+    def __init__(
+        self, queue: FairQueue, team_id: str, tokens: int, start: float, finish: float, seq: int, rank: int
+    ) -> None:
         self._queue = queue
         self._event = asyncio.Event()
         self.team_id = team_id
@@ -70,6 +76,7 @@ class Waiter:
         self.start = start
         self.finish = finish
         self.seq = seq
+        self.rank = rank
 
     @property
     def is_head(self) -> bool:
@@ -91,11 +98,11 @@ class Waiter:
 
 
 class FairQueue:
-    """One pool's waiters in this process, in weighted fair order."""
+    """One pool's waiters in this process: by tier, in weighted fair order inside each."""
 
     def __init__(self) -> None:
-        self._order = FairOrder()
-        self._waiters: list[Waiter] = []  # sorted by (finish, seq)
+        self._orders: dict[int, FairOrder] = {}  # per tier: teams' turns are counted per tier
+        self._waiters: list[Waiter] = []  # sorted by (rank, finish, seq)
         self._seq = itertools.count()
 
     def __len__(self) -> int:
@@ -108,12 +115,13 @@ class FairQueue:
         """Waiters per team."""
         return dict(Counter(waiter.team_id for waiter in self._waiters))
 
-    def join(self, team_id: str, tokens: int, weight: float, kick: bool = True) -> Waiter:
-        """Queue a request; if it lands at the head it is kicked at once, so it tries now
-        (`kick=False`: it has just tried and found no room)."""
-        start, finish = self._order.tag(team_id, tokens, weight)
-        waiter = Waiter(self, team_id, tokens, start, finish, next(self._seq))
-        bisect.insort(self._waiters, waiter, key=lambda w: (w.finish, w.seq))
+    def join(self, team_id: str, tokens: int, weight: float, kick: bool = True, rank: int = 0) -> Waiter:
+        """Queue a request of tier `rank` (0 first) with the team's `weight` in that tier; if it
+        lands at the head it is kicked at once, so it tries now (`kick=False`: it has just tried
+        and found no room)."""
+        start, finish = self._orders.setdefault(rank, FairOrder()).tag(team_id, tokens, weight)
+        waiter = Waiter(self, team_id, tokens, start, finish, next(self._seq), rank)
+        bisect.insort(self._waiters, waiter, key=lambda w: (w.rank, w.finish, w.seq))
         if kick and self._waiters[0] is waiter:
             waiter._kick()
         return waiter
@@ -128,9 +136,10 @@ class FairQueue:
             return
         was_head = self._waiters[0] is waiter
         self._waiters.remove(waiter)
+        order = self._orders[waiter.rank]
         if served:
-            self._order.served(waiter.start)
+            order.served(waiter.start)
         else:
-            self._order.withdrawn(waiter.team_id, waiter.start, waiter.finish)
+            order.withdrawn(waiter.team_id, waiter.start, waiter.finish)
         if was_head:
             self.kick()  # the next waiter's turn: there may be room for it too

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Collection
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Collection, Sequence
 from dataclasses import replace
 from typing import Protocol
 
@@ -48,6 +48,10 @@ class ServerPicker(Protocol):
     def ended(self, server_id: str, request: GenerationRequest, failed: bool) -> None: ...
 
     async def readiness(self) -> list[PoolReadiness]: ...
+
+    def predicted_ttft_s(
+        self, model_id: str, request_tokens: int, prefix_block_hashes: Sequence[int]
+    ) -> float | None: ...
 
 
 class ServerStreams(Protocol):
@@ -143,6 +147,9 @@ class FailoverBackend(GenerationBackend):
 
     async def readiness(self) -> list[PoolReadiness]:
         return await self._picker.readiness()
+
+    def predicted_ttft_s(self, model_id: str, request_tokens: int, prefix_block_hashes: Sequence[int]) -> float | None:
+        return self._picker.predicted_ttft_s(model_id, request_tokens, prefix_block_hashes)
 
     async def close(self) -> None:
         if self._on_close is not None:

@@ -42,6 +42,10 @@ server whose KV is people's would wait for their replies to end, and hold up eve
 queued behind it, while on one full of bulk it starts at once. Free room still comes first:
 preempted bulk is read again later.
 
+A request with a first-token target (`x-slo-ttft-ms`, docs/tiers.md) turns it into a start-cost
+budget (target × the pool's `prefill_tokens_per_s`): where the affinity rules chose a server
+whose start cost is over it and the cheapest candidate is within it, the cheapest wins ("slo").
+
 Deterministic: equal inputs give equal choices, whatever the order of `servers`; the last
 tie-break is the server id.
 """
@@ -60,6 +64,7 @@ REASON_LEAST_LOADED = "least-loaded"  # no candidate held the prefix (or none wi
 REASON_NO_ROOM = "no-room"  # no eligible server had room; the engine will queue it
 REASON_HOME = "home"  # no server within the bound held the prefix: its rendezvous-hash home
 REASON_DISPLACE = "displace"  # no server had free room: one where preempting bulk makes it
+REASON_SLO = "slo"  # the affinity rules' choice would miss the request's TTFT target; the cheapest meets it
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +132,7 @@ class RoutingPolicy:
         exclude: Collection[str] = (),
         home_key: int | None = None,
         displace_bulk: bool = False,
+        start_cost_budget: float | None = None,
     ) -> RouteChoice | None:
         """The server for a request of `request_tokens` (prompt + max_tokens); None if none is eligible.
 
@@ -137,7 +143,10 @@ class RoutingPolicy:
         process ranks alike without sharing an index, so a new prefix lands on one server, not
         on whichever each process thinks least loaded; and prefixes spread over the pool.
         `displace_bulk`: the request is interactive, so where no server has free room it may
-        go where bulk's KV would make it (see the module docstring).
+        go where bulk's KV would make it (see the module docstring). `start_cost_budget`: the
+        most start cost that meets the request's first-token target (its TTFT target times the
+        pool's prefill pace): a server the affinity rules chose that costs more gives way to the
+        least costly candidate when that one meets it ("slo").
         """
         if request_tokens < 0:
             raise ValueError(f"request_tokens must be non-negative, got {request_tokens}")
@@ -201,16 +210,42 @@ class RoutingPolicy:
                 return choice(min(displacing, key=least_loaded), REASON_DISPLACE)
         if not candidates:
             return choice(min(eligible, key=least_loaded), REASON_NO_ROOM)
+        cheapest = min(candidates, key=least_loaded)
         if holders:
-            return choice(min(holders, key=lambda s: (-matched(s), *least_loaded(s))), REASON_PREFIX)
-        if not within:
+            picked, reason = min(holders, key=lambda s: (-matched(s), *least_loaded(s))), REASON_PREFIX
+        elif not within:
             # The least loaded eligible server is always within the bound, but it may lack room;
             # then room comes first: an over-bound server still starts the request sooner.
-            return choice(min(candidates, key=least_loaded), REASON_LEAST_LOADED)
-        if home_key is not None:
-            return choice(max(within, key=lambda s: _rendezvous(home_key, s.server_id)), REASON_HOME)
-        reason = REASON_SPILL if matches and any(matched(s) > 0 for s in candidates) else REASON_LEAST_LOADED
-        return choice(min(within, key=least_loaded), reason)
+            picked, reason = cheapest, REASON_LEAST_LOADED
+        elif home_key is not None:
+            picked, reason = max(within, key=lambda s: _rendezvous(home_key, s.server_id)), REASON_HOME
+        else:
+            reason = REASON_SPILL if matches and any(matched(s) > 0 for s in candidates) else REASON_LEAST_LOADED
+            picked = min(within, key=least_loaded)
+        if (
+            start_cost_budget is not None
+            and picked is not cheapest
+            and least_loaded(picked)[0] > start_cost_budget >= least_loaded(cheapest)[0]
+        ):
+            return choice(cheapest, REASON_SLO)
+        return choice(picked, reason)
+
+    def least_start_cost(
+        self, servers: Sequence[ServerLoad], request_tokens: int, matches: Mapping[str, int]
+    ) -> float | None:
+        """The least start cost over the ready servers (None: none is ready): over the pool's
+        prefill pace, the soonest this request's first token can come."""
+        costs = [self.start_cost(s, request_tokens, matches) for s in servers if s.state is ServerState.READY]
+        return min(costs, default=None)
+
+    def start_cost(self, server: ServerLoad, request_tokens: int, matches: Mapping[str, int]) -> float:
+        """Tokens of work before this request's first token on `server` (the module docstring;
+        `choose` computes the same inline, as it runs for every server on most picks)."""
+        kv_in_use = max(server.capacity_tokens - server.free_tokens, 0)
+        per_waiting = kv_in_use / server.active_requests if server.active_requests > 0 else request_tokens
+        work_ahead = kv_in_use + server.inflight_tokens + server.waiting_requests * per_waiting
+        blocks = matches.get(server.server_id, 0) if matches else 0
+        return work_ahead + self.prefix_block_cost * max(request_tokens - max(blocks, 0) * self.block_size, 0)
 
 
 def _rendezvous(key: int, server_id: str) -> int:

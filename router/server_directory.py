@@ -263,5 +263,5 @@ def _load(server_id: str, state: ServerState, health: EngineHealth | None) -> Se
         health.free_tokens,
         health.active,
         health.waiting,
-        bulk_tokens=health.bulk_tokens,
+        bulk_tokens=health.preemptible_tokens,  # flex and bulk: what priority and interactive may take
     )

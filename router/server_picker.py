@@ -4,7 +4,7 @@ gateway sent since each server's last scrape, plus the prefix index of where pro
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 from prometheus_client import Counter
@@ -72,13 +72,30 @@ class ServerPicker:
         tokens = request.prompt_tokens + request.max_tokens
         home = request.prefix_block_hashes[0] if request.prefix_block_hashes else None
         excluded = [*exclude, *self._suspects()]
-        interactive = request.request_class == "interactive"
-        choice = self._policy.choose(servers, tokens, matches, excluded, home_key=home, displace_bulk=interactive)
+        # People's tiers may take bulk's (and flex's) room; flex and bulk wait for free room.
+        displace = request.request_class in ("priority", "interactive")
+        choice = self._policy.choose(
+            servers, tokens, matches, excluded, home_key=home, displace_bulk=displace,
+            start_cost_budget=self._start_cost_budget(pools[0], request.slo_ttft_ms),
+        )  # fmt: skip
         if choice is None:
             return None
         if self._routed is not None:
             self._routed.labels(pools[0], choice.reason).inc()
         return choice.server_id
+
+    def predicted_ttft_s(self, model_id: str, request_tokens: int, prefix_block_hashes: Sequence[int]) -> float | None:
+        """The least start cost over the pool's ready servers (as scraped) over its prefill pace."""
+        pools = self._config.pools_for_model(model_id)
+        if not pools or (pace := self._config.pools[pools[0]].prefill_tokens_per_s) is None:
+            return None
+        matches = self._index.matches(tuple(prefix_block_hashes))
+        cost = self._policy.least_start_cost(self._directory.loads(pools[0]), request_tokens, matches)
+        return None if cost is None else cost / pace
+
+    def _start_cost_budget(self, pool_id: str, slo_ttft_ms: int | None) -> float | None:
+        pace = self._config.pools[pool_id].prefill_tokens_per_s
+        return None if slo_ttft_ms is None or pace is None else slo_ttft_ms / 1000 * pace
 
     def started(self, server_id: str, request: GenerationRequest) -> None:
         sent = _Sent(server_id, self._clock(), request.prompt_tokens + request.max_tokens)

@@ -22,7 +22,7 @@ import logging
 import secrets
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,12 +37,14 @@ from contracts.generation import (
     GenerationDelta,
     GenerationRequest,
     RequestClass,
+    TtftPredictor,
     Usage,
 )
 from contracts.guided_grammar import GrammarChecker
 from contracts.latency_log import LatencyLog
 from contracts.prompt_context import check_context, encode_prompt
 from contracts.schemas import GenerateBody
+from contracts.service_tier import FLEX_CAPACITY_UNAVAILABLE, TIER_OF_CLASS
 from contracts.token_ids import PackedTokenIds
 from quota.admission import Admission, AdmissionRefused
 from quota.leases import Lease
@@ -51,7 +53,7 @@ from serving.delta_records import delta_from_record, logprobs_from_record
 from serving.idempotency import Claim, ClaimState, IdempotencyStore, RecordGone, fingerprint
 from serving.metering import Metering
 from serving.metrics import GatewayMetrics
-from serving.principal import Principal, require_model_access
+from serving.principal import Principal, forbidden, require_model_access
 from serving.redis_retry import until_reachable
 from serving.request_bus import BusMessage, RequestBus
 from serving.request_lifecycle import LatencyStamps, RequestLifecycle
@@ -91,6 +93,13 @@ class GenerationInput:
     # Alternatives per generated token, and per prompt token (echo); None: not computed.
     logprobs: int | None = None
     prompt_logprobs: int | None = None
+    # Latency targets (`x-slo-ttft-ms`, `x-slo-tpot-ms`, docs/tiers.md): the first token's in
+    # ms from arrival, and the most ms between tokens after it; None: no target.
+    slo_ttft_ms: int | None = None
+    slo_tpot_ms: int | None = None
+    # The field the caller named its tier with (`class` on /v1/generate, `service_tier` on the
+    # OpenAI routes): what a 403 for a tier not granted names.
+    tier_param: str = "class"
 
 
 def generation_input(body: GenerateBody, door: str = "http", *, stream: bool | None = None) -> GenerationInput:
@@ -112,6 +121,8 @@ def generation_input(body: GenerateBody, door: str = "http", *, stream: bool | N
         door=door,
         stream=body.stream if stream is None else stream,
         guided_grammar=None if body.response_format is None else body.response_format.grammar(),
+        slo_ttft_ms=body.slo_ttft_ms,
+        slo_tpot_ms=body.slo_tpot_ms,
     )
 
 
@@ -136,11 +147,36 @@ class CheckedRequest:
 
 
 def admission_refusal(refused: AdmissionRefused) -> ApiError:
-    """The answer to a refused admission: 429 (a share or rate), 503 (no room), 413."""
+    """The answer to a refused admission: 429 (a share, a rate, or no idle room for flex), 503
+    (no room), 413."""
     headers = {"Retry-After": str(refused.retry_after_s)} if refused.retry_after_s is not None else None
     status_type = {429: "rate_limit_error", 503: "service_unavailable", 413: "request_too_large"}
     return ApiError(
-        refused.status, status_type.get(refused.status, "rate_limit_error"), refused.message, refused.param, headers
+        refused.status, status_type.get(refused.status, "rate_limit_error"), refused.message, refused.param,
+        headers, code=refused.code,
+    )  # fmt: skip
+
+
+def tier_not_granted(team_id: str, request_class: RequestClass, granted: Iterable[str], param: str) -> ApiError:
+    """403 for a tier the team's entitlements (switchyard.yaml `teams.<team>.tiers`) leave out."""
+    tiers = ", ".join(granted) or "none"
+    return forbidden(
+        f"team {team_id!r} may not use the {TIER_OF_CLASS[request_class]!r} tier; its tiers: {tiers} "
+        "(an operator grants them under teams.<team>.tiers in switchyard.yaml)",
+        param,
+    )
+
+
+def flex_target_unmet(predicted_s: float, slo_ttft_ms: int) -> ApiError:
+    """429 for a flex request whose first-token target no server can meet now (refused at once)."""
+    return ApiError(
+        429,
+        "rate_limit_error",
+        f"no server can start this flex request within its x-slo-ttft-ms of {slo_ttft_ms} ms now "
+        f"(the soonest is ~{predicted_s * 1000:.0f} ms): retry later, or without the target",
+        "x-slo-ttft-ms",
+        {"Retry-After": "1"},
+        code=FLEX_CAPACITY_UNAVAILABLE,
     )
 
 
@@ -171,9 +207,11 @@ class GenerationService:
         attach_idle_timeout_s: float = 60.0,
         latency_log: LatencyLog | None = None,
         grammars: GrammarChecker | None = None,
+        predictor: TtftPredictor | None = None,
     ) -> None:
         """`latency_log`: a line of stamps per request this process ran (docs/latency.md);
-        `grammars`: the checker (and its cache) of structured output's grammars."""
+        `grammars`: the checker (and its cache) of structured output's grammars; `predictor`:
+        how soon a first token could come (the router's view), for latency targets."""
         self._config = config
         self._catalog = catalog
         self._registry = registry
@@ -185,6 +223,7 @@ class GenerationService:
         self._attach_idle_timeout_s = attach_idle_timeout_s
         self._latency_log = latency_log  # None: no stamp lines (the default)
         self._grammars = grammars or GrammarChecker()
+        self._predictor = predictor
         self._background: set[asyncio.Task[object]] = set()  # writes that outlive their request
 
     def model(self, model_id: str) -> ServedModel:
@@ -222,6 +261,9 @@ class GenerationService:
             await self._check_grammar(inp.guided_grammar, inp.grammar_param)
         public_id = inp.request_id or uuid.uuid4().hex
         request_class = inp.request_class or principal.team.default_class
+        if TIER_OF_CLASS[request_class] not in principal.team.tier_weights:
+            raise tier_not_granted(team_id, request_class, principal.team.tier_weights, inp.tier_param)
+        self._check_target(team_id, model.model_id, request_class, prompt_ids, inp)
         return CheckedRequest(
             model=model,
             team_id=team_id,
@@ -233,6 +275,25 @@ class GenerationService:
             max_tokens=inp.max_tokens,
             keep_s=self._keep_s(inp.request_id, request_class),
         )
+
+    def _check_target(
+        self, team_id: str, model_id: str, request_class: RequestClass, prompt_ids: list[int], inp: GenerationInput
+    ) -> None:
+        """A first-token target no server can meet now: a flex request is refused at once
+        (429); a priority one still runs, counted as a miss (`switchyard_slo_unmeetable_total`)."""
+        if inp.slo_ttft_ms is None or self._predictor is None:
+            return
+        pool_id = self._pool_for(model_id)
+        hashes = prompt_block_hashes(
+            prompt_ids, self._config.pools[pool_id].engine.block_size, team_id, DEFAULT_MAX_BLOCKS
+        )
+        predicted = self._predictor.predicted_ttft_s(model_id, len(prompt_ids) + inp.max_tokens, list(hashes))
+        if predicted is None or predicted * 1000 <= inp.slo_ttft_ms:
+            return
+        if self._metrics is not None:
+            self._metrics.slo_unmeetable.labels(TIER_OF_CLASS[request_class]).inc()
+        if request_class == "flex":
+            raise flex_target_unmet(predicted, inp.slo_ttft_ms)
 
     def _existing(
         self, checked: CheckedRequest, claim: Claim, local: InflightRequest | None, stream: bool
@@ -304,6 +365,7 @@ class GenerationService:
             await self._admission.release(lease)
             raise request_conflict(checked.public_id, "is already in flight; wait for it to end") from None
         entry.streamed = inp.stream  # before its pump first runs, so before it can end
+        entry.request_class = checked.request_class
         entry.carry(carried, entry.started_at)  # a resumed reply starts with what it had
         lifecycle.keep_lease_alive(entry)
         return entry
@@ -343,6 +405,7 @@ class GenerationService:
             logprobs=inp.logprobs,
             prompt_logprobs=inp.prompt_logprobs,
             resume_token_ids=tuple(token for delta in carried for token in delta.token_ids),
+            slo_ttft_ms=inp.slo_ttft_ms,
         )
 
     async def cancel(self, principal: Principal, public_id: str) -> InflightRequest | None:

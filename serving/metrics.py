@@ -109,6 +109,13 @@ class GatewayMetrics:
             ["pool", "reason"],
             registry=self.registry,
         )
+        self.slo_unmeetable = Counter(
+            "switchyard_gateway_slo_unmeetable",
+            "Requests whose x-slo-ttft-ms no server could meet when they arrived, by tier: priority "
+            "ones ran anyway (a miss), flex ones were refused (429).",
+            ["service_tier"],
+            registry=self.registry,
+        )
         self.errors = Counter(
             "switchyard_gateway_errors",
             "Error responses, by status and error type.",

@@ -26,6 +26,7 @@ from contracts.generation import (
     GenerationDelta,
     GenerationRequest,
     Logprobs,
+    RequestClass,
     RequestRejected,
     Usage,
 )
@@ -61,6 +62,9 @@ class InflightRequest:
         hooks: GenerationHooks | None = None,
     ) -> None:
         self.request = request
+        # The tier that serves it (contracts/service_tier.py), as the caller's answer names it:
+        # the class it was admitted at, even when it runs at bulk priority on borrowed room.
+        self.request_class: RequestClass = request.request_class
         # The id the caller knows; `request.request_id` is unique across teams (team/id).
         self.public_id = public_id or request.request_id
         self.hooks = hooks

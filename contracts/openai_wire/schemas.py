@@ -44,6 +44,7 @@ from contracts.openai_wire.tool_calls import ToolChoice, Tools, ToolSpec, tool_c
 from contracts.openai_wire.tool_prompt import CallInMessage
 from contracts.prompt_encoding import LITERAL_CLOSE, LITERAL_OPEN
 from contracts.schemas import INT32_MAX, INT64_MAX, INT64_MIN, StopList, TopP
+from contracts.service_tier import ServiceTier
 
 FinishReason = Literal["stop", "length", "tool_calls"]
 # OpenAI's bounds: completions' `logprobs` alternatives, chat's `top_logprobs`.
@@ -153,6 +154,8 @@ class _OpenAIRequest(UnicodeChecked):
     logit_bias: Annotated[Any, Neutral({})] = None
     # The reply held to a JSON schema or object (contracts/openai_wire/response_format.py).
     response_format: ResponseFormat | None = None
+    # The level of service (docs/tiers.md): `auto` (or none) is the team's default tier.
+    service_tier: Literal["auto", "default", "flex", "priority"] | None = None
 
     @field_validator("stream_options")
     @classmethod
@@ -274,7 +277,6 @@ class ChatCompletionRequest(_OpenAIRequest):
     tools: Tools | None = None
     tool_choice: ToolChoice | None = None
     parallel_tool_calls: bool | None = None  # one call a reply is always an answer it allows
-    service_tier: Annotated[Any, Neutral("auto", "default")] = None
     store: Annotated[Any, Neutral(False)] = None
     metadata: dict[str, str] | None = None  # only for stored completions, which there are none of
 
@@ -376,6 +378,7 @@ class Completion(BaseModel):
     model: str
     choices: list[CompletionChoice]
     usage: CompletionUsage | None = None
+    service_tier: ServiceTier | None = None  # the tier that served it
 
 
 class FunctionCallOut(BaseModel):
@@ -420,6 +423,7 @@ class ChatCompletion(BaseModel):
     model: str
     choices: list[ChatChoice]
     usage: CompletionUsage
+    service_tier: ServiceTier | None = None  # the tier that served it
 
 
 class _WithoutNulls(BaseModel):
@@ -464,3 +468,4 @@ class ChatCompletionChunk(BaseModel):
     model: str
     choices: list[ChatChunkChoice]
     usage: CompletionUsage | None = None
+    service_tier: ServiceTier | None = None  # the tier that served it

@@ -35,7 +35,7 @@ from tritonclient.grpc import service_pb2
 
 from contracts.caller_echo import ECHO_CHARS, echoed
 from contracts.errors import ApiError, invalid_request
-from contracts.generation import Usage
+from contracts.generation import RequestClass, Usage
 from contracts.llm_tensors import (
     CACHED_TOKENS,
     COMPLETION_TOKENS,
@@ -51,6 +51,7 @@ from contracts.llm_tensors import (
     LlmTensor,
 )
 from contracts.schemas import FIELD_HINTS, GenerateBody
+from contracts.service_tier import CLASS_OF_TIER, SERVICE_TIERS
 from contracts.triton_wire import raw_contents, raw_numbers, split_bytes
 from gateway.grpc_door.trtllm_tensors import (
     RETURN_LOG_PROBS,
@@ -75,10 +76,16 @@ INPUT_OF_FIELD = {body_key(spec): name for name, spec in DOOR_INPUTS.items()} | 
     "model": "model_name",
     "request_id": "id",
 }
+# The level of service (docs/tiers.md) as a string parameter: auto, default, flex, priority or
+# batch (`auto`: the team's default); the `request_class` input names the same by class.
+SERVICE_TIER_PARAMETER = "service_tier"
 # Request parameters tritonclient may send; any other is refused, as HTTP refuses unknown fields.
 KNOWN_PARAMETERS = frozenset(
-    {"sequence_id", "sequence_start", "sequence_end", "priority", "timeout", "triton_enable_empty_final_response"}
-)
+    {
+        "sequence_id", "sequence_start", "sequence_end", "priority", "timeout", "triton_enable_empty_final_response",
+        SERVICE_TIER_PARAMETER,
+    }
+)  # fmt: skip
 FINAL_PARAMETER = "triton_final_response"
 MODEL_VERSION = "1"
 # What the door answers: `llm`'s outputs every response carries, then TensorRT-LLM's
@@ -141,6 +148,12 @@ def parse_request(request: service_pb2.ModelInferRequest) -> DoorRequest:
             raise invalid_request(f"input {tensor.name!r} is given twice", tensor.name)
         values = tensor_values(spec, tensor, raw[index] if raw else None)
         into[key] = values if spec.is_list else values[0]
+    tier_class = _tier_class(request)
+    if tier_class is not None and fields.setdefault("class", tier_class) != tier_class:
+        raise invalid_request(
+            f"parameter {SERVICE_TIER_PARAMETER!r} and input 'request_class' disagree; send one",
+            SERVICE_TIER_PARAMETER,
+        )
     stream = bool(fields.pop("stream", True))
     try:
         body = GenerateBody.model_validate(fields)
@@ -152,6 +165,24 @@ def parse_request(request: service_pb2.ModelInferRequest) -> DoorRequest:
     # `triton_enable_empty_final_response` needs nothing more: every reply ends with a response
     # that carries its finish reason and the final flag, as `llm`'s do.
     return DoorRequest(body, stream, outputs, request.id, guide, log_probs)
+
+
+def _tier_class(request: service_pb2.ModelInferRequest) -> RequestClass | None:
+    """The class of the request's `service_tier` parameter; None without one (or `auto`)."""
+    if SERVICE_TIER_PARAMETER not in request.parameters:
+        return None
+    parameter = request.parameters[SERVICE_TIER_PARAMETER]
+    tier = parameter.string_param if parameter.WhichOneof("parameter_choice") == "string_param" else None
+    if tier == "auto":
+        return None
+    for name in SERVICE_TIERS:
+        if tier == name:
+            return CLASS_OF_TIER[name]
+    raise invalid_request(
+        f"parameter {SERVICE_TIER_PARAMETER!r} must be a string, one of auto, {', '.join(SERVICE_TIERS)}; "
+        f"got {echoed(str(tier) if tier is not None else 'a non-string')}",
+        SERVICE_TIER_PARAMETER,
+    )
 
 
 def unknown_version(model_name: str, version: str) -> ApiError:

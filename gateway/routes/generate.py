@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Literal
 
 from fastapi import APIRouter, Request, Response
@@ -14,6 +15,7 @@ from gateway.deps import GenerationDep, RegistryDep, SettingsDep
 from gateway.disconnects import wait_unless_disconnected
 from gateway.error_handlers import error_response
 from gateway.key_slots import claim_stream
+from gateway.latency_targets import SloHeaders
 from gateway.sse import stream_events
 from serving.generation import body_digest, generation_input
 from serving.requests_registry import InflightRequest
@@ -34,14 +36,23 @@ async def generate(
     generation: GenerationDep,
     registry: RegistryDep,
     settings: SettingsDep,
+    targets: SloHeaders,
     principal: PrincipalDep,
 ) -> Response:
     """Generate a completion: SSE deltas then a final event with usage (`stream: true`), or
     one JSON body with the whole reply. A repeated `request_id` with the same body returns
-    the same generation (attached while it runs, stored after); with another body, 409."""
+    the same generation (attached while it runs, stored after); with another body, 409.
+    Latency targets come from the body's `slo_ttft_ms` / `slo_tpot_ms` or, without them, the
+    headers `x-slo-ttft-ms` / `x-slo-tpot-ms`."""
     if body.stream:
         claim_stream(request)  # the key's streams at their cap: 429 before anything starts
-    entry = await generation.start(principal, generation_input(body), body_digest(body))
+    inp = generation_input(body)
+    inp = replace(
+        inp,
+        slo_ttft_ms=inp.slo_ttft_ms if inp.slo_ttft_ms is not None else targets.ttft_ms,
+        slo_tpot_ms=inp.slo_tpot_ms if inp.slo_tpot_ms is not None else targets.tpot_ms,
+    )
+    entry = await generation.start(principal, inp, body_digest(body))
     headers = {"X-Request-Id": entry.public_id}
     # Before any byte goes out, a failure can still be an honest status code (a 503 when the
     # backend is down), so wait for the first text (streamed) or the end (whole).

@@ -16,6 +16,7 @@ from gateway.auth import PrincipalDep
 from gateway.chat_reply import ChatChunks, chat_constraints, whole_chat
 from gateway.deps import GenerationDep, RegistryDep, SettingsDep, services_of
 from gateway.key_slots import claim_stream
+from gateway.latency_targets import SloHeaders
 from gateway.openai_serving import (
     OpenAIRoute,
     RequestClassHeader,
@@ -54,6 +55,7 @@ async def create_chat_completion(
     templates: ChatTemplatesDep,
     request_class: RequestClassHeader,
     request_id: RequestIdHeader,
+    targets: SloHeaders,
     principal: PrincipalDep,
 ) -> Response:
     """Reply to `messages`. Without max_tokens the reply may use the rest of the context, up to
@@ -68,11 +70,12 @@ async def create_chat_completion(
         raise invalid_request(f"model {body.model!r}'s chat template rendered these messages as nothing", "messages")
     max_tokens = await reply_max_tokens(body, model, prompt, principal.team)
     entry = await generation.start(
-        principal, *started_generation(body, "chat", prompt, max_tokens, request_class, request_id, constraints)
+        principal,
+        *started_generation(body, "chat", prompt, max_tokens, request_class, request_id, constraints, targets),
     )
     texts = model.token_texts if constraints.logprobs is not None else None
     calls = constraints.grammar_param == "tools" and constraints.guided_grammar is not None
-    chunks = ChatChunks(f"chatcmpl-{entry.public_id}", created, body.model, entry.public_id, texts=texts, calls=calls)
+    chunks = ChatChunks(f"chatcmpl-{entry.public_id}", created, body.model, entry, texts=texts, calls=calls)
 
     def whole(reason: FinishReason) -> ChatCompletion:
         return whole_chat(entry, chunks.id, created, body.model, reason, texts=texts, calls=calls)

@@ -16,10 +16,12 @@ from contracts.openai_wire.logprobs import (
 )
 from contracts.openai_wire.schemas import Completion, CompletionChoice, CompletionRequest, CompletionUsage, FinishReason
 from contracts.schemas import error_responses
+from contracts.service_tier import TIER_OF_CLASS
 from contracts.token_text import TextOffsets, TokenTexts
 from gateway.auth import PrincipalDep
 from gateway.deps import GenerationDep, RegistryDep, SettingsDep
 from gateway.key_slots import claim_stream
+from gateway.latency_targets import SloHeaders
 from gateway.openai_serving import (
     Constraints,
     OpenAIRoute,
@@ -106,7 +108,11 @@ class CompletionChunks:
         return completion_logprobs(self._texts, self._offsets, tokens)
 
     def _event(self, choices: list[CompletionChoice], usage: CompletionUsage | None = None) -> bytes:
-        return sse_data(Completion(id=self.id, created=self._created, model=self._model, choices=choices, usage=usage))
+        completion = Completion(
+            id=self.id, created=self._created, model=self._model, choices=choices, usage=usage,
+            service_tier=TIER_OF_CLASS[self._entry.request_class],
+        )  # fmt: skip
+        return sse_data(completion)
 
 
 @router.post("", response_model=Completion, responses={**_ERRORS, 200: {"content": {"text/event-stream": {}}}})
@@ -118,6 +124,7 @@ async def create_completion(
     settings: SettingsDep,
     request_class: RequestClassHeader,
     request_id: RequestIdHeader,
+    targets: SloHeaders,
     principal: PrincipalDep,
 ) -> Response:
     """Complete `prompt`. The class comes from `X-Switchyard-Class`, the id from `X-Request-Id`;
@@ -135,7 +142,9 @@ async def create_completion(
     )
     entry = await generation.start(
         principal,
-        *started_generation(body, "completions", body.prompt, max_tokens, request_class, request_id, constraints),
+        *started_generation(
+            body, "completions", body.prompt, max_tokens, request_class, request_id, constraints, targets
+        ),
     )
     texts = model.token_texts if body.logprobs is not None else None
     echo = body.prompt if body.echo else None
@@ -146,7 +155,10 @@ async def create_completion(
             text=(echo or "") + entry.text, logprobs=chunks.whole_logprobs(), finish_reason=reason
         )
         usage = CompletionUsage.of(entry.usage)
-        return Completion(id=chunks.id, created=created, model=body.model, choices=[choice], usage=usage)
+        tier = TIER_OF_CLASS[entry.request_class]
+        return Completion(
+            id=chunks.id, created=created, model=body.model, choices=[choice], usage=usage, service_tier=tier
+        )
 
     heartbeat_s = settings.sse_heartbeat_s
     return await reply(

@@ -160,6 +160,7 @@ EVERY_PUBLIC_INPUT: dict[str, list[Any]] = {
     "top_k": [40],
     "seed": [2**40],
     "ignore_eos": [True],
+    "slo_ttft_ms": [1500],
 }
 
 

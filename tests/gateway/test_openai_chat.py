@@ -34,6 +34,7 @@ async def test_whole_reply_is_a_chat_completion(
         "object": "chat.completion",
         "created": reply["created"],
         "model": "small",
+        "service_tier": "default",  # the team's default tier served it
         "choices": [
             {
                 "index": 0,

@@ -34,6 +34,7 @@ async def test_whole_reply_is_a_text_completion(
         "object": "text_completion",
         "created": reply["created"],
         "model": "small",
+        "service_tier": "batch",  # X-Switchyard-Class: bulk
         "choices": [{"index": 0, "text": "Hello, world", "logprobs": None, "finish_reason": "length"}],
         "usage": {
             "prompt_tokens": prompt_tokens,
