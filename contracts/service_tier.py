@@ -45,3 +45,11 @@ INTERACTIVE_SHAPED: frozenset[RequestClass] = frozenset({"priority", "interactiv
 
 # The error code of a flex request refused for want of idle room (OpenAI answers flex the same way).
 FLEX_CAPACITY_UNAVAILABLE = "flex_capacity_unavailable"
+
+
+def tier_of(request_class: str) -> str:
+    """The tier of a class as usage records name it (a record written under another name keeps it)."""
+    for known, tier in TIER_OF_CLASS.items():
+        if request_class == known:
+            return tier
+    return request_class

@@ -3,7 +3,8 @@
     x-slo-ttft-ms: MS    the first token within MS of arrival
     x-slo-tpot-ms: MS    then at most MS between tokens
 
-Each a whole number of ms from 1 to an hour (`MAX_SLO_MS`), else a 400 naming the header.
+Each a whole number of ms from 1 to an hour (`MAX_SLO_MS`), else a 400 naming the header
+(`header.x-slo-ttft-ms`, as FastAPI names a header).
 `/v1/generate` also takes them as body fields (`slo_ttft_ms`, `slo_tpot_ms`); a body's field
 wins over its header. The TTFT target reaches the router (a server that meets it) and the
 server (earliest deadline first within a class); the TPOT target is reported against.

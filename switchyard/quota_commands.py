@@ -20,6 +20,7 @@ import redis.asyncio
 
 from config.redis_client import redis_client, sync_redis_client
 from config.settings import SwitchyardConfig
+from contracts.service_tier import tier_of
 from quota.keys import SyncKeyStore, UnknownTeam
 from quota.usage import UsageMeter, UsageRow, as_utc, sum_rows
 from report.text_table import text_table
@@ -132,13 +133,15 @@ async def _query_usage(
 
 
 def usage_table(rows: Sequence[UsageRow], hourly: bool = False) -> str:
-    head = ("team", *(("hour",) if hourly else ()), "model", "class", "requests", "prompt", "cached", "completion")
+    head = ("team", *(("hour",) if hourly else ()), "model", "tier", "requests", "prompt", "cached", "completion")
     head = (*head, "cancelled", "kv token-s")
     lines: list[tuple[str, ...]] = []
     for r in rows:
         hour = (f"{r.hour:%Y-%m-%d %H:00}",) if hourly and r.hour is not None else ()
         counts = (r.requests, r.prompt_tokens, r.cached_tokens, r.completion_tokens, r.cancelled)
-        lines.append((r.team_id, *hour, r.model_id, r.request_class, *map(str, counts), f"{r.kv_token_seconds:.1f}"))
+        lines.append(
+            (r.team_id, *hour, r.model_id, tier_of(r.request_class), *map(str, counts), f"{r.kv_token_seconds:.1f}")
+        )
     if rows:
         totals = sum_rows(rows)
         label = ("total", *([""] * (3 if hourly else 2)))

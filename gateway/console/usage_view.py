@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from config.settings import SwitchyardConfig
+from contracts.service_tier import tier_of
 from quota.capacity import CapacitySource
 from quota.usage import UsageRow, hour_start, sum_rows
 
@@ -67,7 +68,7 @@ class Series:
 
     @property
     def label(self) -> str:
-        return f"{self.model_id} · {self.request_class}"
+        return f"{self.model_id} · {tier_of(self.request_class)}"
 
 
 @dataclass(frozen=True, slots=True)

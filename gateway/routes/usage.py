@@ -21,6 +21,7 @@ from pydantic import BaseModel, Field
 
 from contracts.errors import ApiError, invalid_request
 from contracts.schemas import ErrorBody
+from contracts.service_tier import tier_of
 from gateway.auth import PrincipalDep
 from gateway.deps import MeteringDep
 from quota.usage import UTC_RANGE_TEXT, UsageRow, as_utc
@@ -44,6 +45,7 @@ class UsageRowBody(BaseModel):
     team: str
     model: str
     request_class: str = Field(serialization_alias="class")
+    service_tier: str = Field(description="the tier (docs/tiers.md) of `class`: priority, default, flex or batch")
     hour: datetime | None = Field(None, description="start of the hour (UTC) with granularity=hour")
     requests: int
     prompt_tokens: int
@@ -59,6 +61,7 @@ class UsageRowBody(BaseModel):
             team=row.team_id,
             model=row.model_id,
             request_class=row.request_class,
+            service_tier=tier_of(row.request_class),
             hour=row.hour,
             requests=row.requests,
             prompt_tokens=row.prompt_tokens,

@@ -35,7 +35,7 @@ def test_rows_are_laid_out_per_series_and_hour_and_totalled() -> None:
         UsageRow("a", "large", "bulk", hour - timedelta(days=3), requests=100),  # outside: in no bar
     ]
     view = build_usage_view(window, rows[:3], kv_share_per_hour=None, share_fraction=None)
-    assert [s.label for s in view.series] == ["large · bulk", "small · interactive"]
+    assert [s.label for s in view.series] == ["large · batch", "small · default"]
     small = view.series[1]
     assert small.per_hour["requests"][-2:] == [2.0, 1.0] and sum(small.per_hour["requests"]) == 3
     assert small.totals["prompt_tokens"] == 15 and view.series[0].totals["kv_token_seconds"] == 1.5

@@ -91,7 +91,7 @@ async def test_the_usage_page_shows_what_v1_usage_returns_and_nothing_of_other_t
     for series, row in expected.items():
         for metric in ("requests", "prompt_tokens", "cached_tokens", "completion_tokens"):
             assert shown[series][metric].replace(",", "") == str(row[metric]), (series, metric)
-    assert 'data-series="small · interactive" data-total="120"' in page.text  # the prompt chart's bars
+    assert 'data-series="small · default" data-total="120"' in page.text  # the prompt chart's bars
     assert "99,999" not in page.text and "99999" not in page.text and "beta" not in page.text
     assert "share of the fleet: 50.0%" in page.text and "data-share=" in page.text  # alpha: weight 1 of 2
     week = await browser.get("/console/usage?window=7d")

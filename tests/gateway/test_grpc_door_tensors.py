@@ -103,6 +103,37 @@ def test_a_gateway_only_request_parameter_is_refused() -> None:
     assert refused.value.param == "cache_namespace"
 
 
+@pytest.mark.parametrize(("tier", "request_class"), [("priority", "priority"), ("flex", "flex"), ("batch", "bulk")])
+def test_the_service_tier_parameter_names_the_class(tier: str, request_class: str) -> None:
+    message = request(PROMPT, MAX_TOKENS)
+    message.parameters["service_tier"].string_param = tier
+    assert parse_request(message).body.request_class == request_class
+    message.parameters["service_tier"].string_param = "auto"
+    assert parse_request(message).body.request_class is None  # the team's default
+
+
+@pytest.mark.parametrize("value", ["scale", "", 3])
+def test_a_bad_service_tier_parameter_is_a_400(value: Any) -> None:
+    message = request(PROMPT, MAX_TOKENS)
+    if isinstance(value, str):
+        message.parameters["service_tier"].string_param = value
+    else:
+        message.parameters["service_tier"].int64_param = value
+    with pytest.raises(ApiError) as refused:
+        parse_request(message)
+    assert refused.value.status_code == 400 and refused.value.param == "service_tier"
+
+
+def test_the_service_tier_parameter_and_the_class_input_must_agree() -> None:
+    message = request(
+        PROMPT, MAX_TOKENS, (Tensor(name="request_class", datatype="BYTES", shape=[1]), raw_bytes(b"interactive"))
+    )
+    message.parameters["service_tier"].string_param = "priority"
+    with pytest.raises(ApiError) as refused:
+        parse_request(message)
+    assert refused.value.param == "service_tier"
+
+
 def test_a_response_reads_back_as_llm_s_through_tritonclient() -> None:
     usage = Usage(prompt_tokens=5, cached_tokens=2, completion_tokens=3, discarded_tokens=1)
     response = infer_response(

@@ -93,7 +93,7 @@ def test_usage_prints_a_table(config_path: Path, redis_url: str, capsys: pytest.
     assert lines[1].split() == [
         "team",
         "model",
-        "class",
+        "tier",
         "requests",
         "prompt",
         "cached",
@@ -102,7 +102,7 @@ def test_usage_prints_a_table(config_path: Path, redis_url: str, capsys: pytest.
         "kv",
         "token-s",
     ]
-    assert lines[3].split() == ["alpha", "small", "bulk", "1", "120", "0", "8", "0", "0.0"]
+    assert lines[3].split() == ["alpha", "small", "batch", "1", "120", "0", "8", "0", "0.0"]
     assert lines[4].split() == ["total", "1", "120", "0", "8", "0", "0.0"]
     assert main(["--config", str(config_path), "usage", "--since", "soon"]) == 2
 
