@@ -163,7 +163,8 @@ class LiveGateway:
 
 @pytest.fixture(scope="session")
 def live_gateway(triton_pool: TritonPool, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveGateway]:
-    """One gateway for the session's end-to-end tests: team `e2e` may use the tiny model.
+    """One gateway for the session's end-to-end tests: team `e2e` may use the tiny model, at
+    every tier.
 
     It has a Redis of its own: other suites empty the shared one before each test."""
     port, redis_port, grpc_port = free_ports(3)
@@ -175,7 +176,8 @@ def live_gateway(triton_pool: TritonPool, tmp_path_factory: pytest.TempPathFacto
         update={
             "redis": triton_pool.config.redis.model_copy(update={"port": redis_server.port}),
             "teams": {
-                "e2e": TeamSpec(weight=1.0),
+                # Every tier granted (the service-tier tests); e2e-other has the default ones.
+                "e2e": TeamSpec(weight=1.0, tiers={"priority": 1, "default": 1, "flex": 1, "batch": 1}),
                 "e2e-other": TeamSpec(weight=1.0),
                 # One long reply holds all but 200 of it (the gRPC door's over-share test).
                 "e2e-capped": TeamSpec(weight=1.0, max_inflight_tokens=8000),
