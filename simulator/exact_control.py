@@ -9,7 +9,7 @@ from simulator.events import Event
 from simulator.exact_fleet import ExactFleet
 from simulator.histogram import Histogram
 from simulator.recorder import FleetSample
-from simulator.sim_request import INTERACTIVE
+from simulator.sim_request import SHAPED_CLASSES
 from simulator.sim_server import SimServer
 
 Events = list[Event[ExactFleet]]
@@ -33,15 +33,14 @@ def next_arrival(world: ExactFleet, now: float) -> float | None:
 
 def arrive(world: ExactFleet, now: float) -> Events:
     request = world.new_interactive(now)
-    world.arrivals.append(now)
-    world.recorder.count("interactive_arrived")
+    world.arrivals.append((now, request.request_class))
+    world.recorder.count(f"{request.request_class}_arrived")
     admitted = world.admit(request, now)
     if admitted is None:
-        world.waiters.append(request)
-        world.leases.waiters[request.team_id] += 1
+        world.wait(request)
         return []
     if not admitted:
-        world.recorder.count("interactive_refused")
+        world.recorder.count(f"{request.request_class}_refused")
         return []
     return world.route(request, now)
 
@@ -79,12 +78,16 @@ def release_bulk(world: ExactFleet, now: float) -> Events:
 
 def signals(world: ExactFleet, now: float) -> PoolSignals:
     settings = world.settings
-    while world.arrivals and world.arrivals[0] < now - settings.rate_window_s:
+    while world.arrivals and world.arrivals[0][0] < now - settings.rate_window_s:
         world.arrivals.popleft()
+    rates = dict.fromkeys(SHAPED_CLASSES, 0.0)
+    for _, request_class in world.arrivals:
+        rates[request_class] += 1.0 / settings.rate_window_s
     ready = world.in_state(ServerState.READY)
     used = sum(s.kv_used_tokens for s in ready)
     capacity = sum(s.kv_capacity_tokens for s in ready)
-    waiting = len(world.waiters) + sum(s.num_waiting_interactive for s in ready)
+    # The demand classes' waiting, at the gateway and in the engines: flex waits by design.
+    waiting = world.demand_waiting() + sum(s.num_waiting_demand for s in ready)
     ttft = world.window_ttft.percentile(0.99)
     world.window_ttft = Histogram()
     return PoolSignals(
@@ -93,7 +96,7 @@ def signals(world: ExactFleet, now: float) -> PoolSignals:
         ready=len(ready),
         starting=len(world.in_state(ServerState.STARTING)),
         draining=len(world.in_state(ServerState.DRAINING)),
-        arrival_rates={"interactive": len(world.arrivals) / settings.rate_window_s},
+        arrival_rates=rates,
         kv_used_fraction=used / capacity if capacity else 0.0,
         waiting_requests=waiting,
         ttft_p99_s=ttft,
@@ -184,11 +187,12 @@ def sample(world: ExactFleet, now: float) -> None:
 
 
 def interactive_kv(servers: list[SimServer]) -> int:
-    """KV tokens held by people's requests (borrowed ones included) on `servers`."""
+    """KV tokens held by the demand classes' requests (borrowed ones included) on `servers`:
+    what people need servers for."""
     held = 0
     for server in servers:
         block_size = server.config.block_size
         for seq in server.scheduler.unfinished():
-            if server.requests[seq.request_id].kind == INTERACTIVE:
+            if server.requests[seq.request_id].is_demand:
                 held += len(seq.block_table) * block_size
     return held

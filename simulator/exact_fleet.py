@@ -1,9 +1,14 @@
 """The exact mode's world: every server step-level (`SimServer`), every request on its own.
 
-Requests go the way they go live: the gateway asks `SharePolicy` (team leases held here), the
-router's `RoutingPolicy` picks a ready server, the engine's `Scheduler` runs it step by step;
-the dispatcher's `RoomPolicy` and `ReleaseOrder` release bulk; the autoscaler's decision starts
-servers (ready after `startup_s`) or drains them. Events (`exact_events.py`) call in here.
+Requests go the way they go live: the gateway asks `SharePolicy` (team leases held here; flex
+its own rule, `team_leases.py`), the router's `RoutingPolicy` picks a ready server, the
+engine's `Scheduler` runs it step by step behind the server's tier gate; the dispatcher's
+`RoomPolicy` and `ReleaseOrder` release bulk; the autoscaler's decision starts servers (ready
+after `startup_s`) or drains them. Events (`exact_events.py`) call in here.
+
+The gateway's queue holds people's requests the pool has no room for, by class: priority's
+retried before interactive's, and flex's only once neither waits; priority and interactive
+get a 503 after `queue_timeout_s`, flex a 429 after `flex_wait_s`.
 """
 
 from __future__ import annotations
@@ -14,7 +19,8 @@ from collections import deque
 
 from autoscaler.signals import ScalingPolicy
 from bulk.release_policy import DeadlineRisk, PoolLoad, ReleaseOrder, RoomPolicy
-from engine.request import RequestClass
+from contracts.service_tier import RequestClass
+from engine.request import RequestClass as EngineClass
 from fleet_state.server_state import ServerState
 from quota.shares import Decision, SharePolicy
 from router.routing_policy import RoutingPolicy
@@ -26,7 +32,7 @@ from simulator.length_moments import moments
 from simulator.recorder import CHAT_PROMPT_TOKENS, BatchOutcome, Recorder, TtftSample
 from simulator.scenario import BatchPlan, Scenario
 from simulator.settings import SimSettings
-from simulator.sim_request import BULK, INTERACTIVE, SimRequest
+from simulator.sim_request import BULK, FLEX, SHAPED_CLASSES, SimRequest
 from simulator.sim_server import SimServer
 from simulator.step_end import StepEnd
 from simulator.team_leases import TeamLeases
@@ -52,18 +58,19 @@ class ExactFleet:
         self.policy = policy
         self.variant = variant
         self.rng = random.Random(seed)
-        self.recorder = Recorder(scenario.hours) if recorder is None else recorder
+        self.recorder = Recorder(scenario.hours, focus_s=scenario.focus_s) if recorder is None else recorder
         self.servers: dict[str, SimServer] = {}
         self.routing = RoutingPolicy(load_factor=settings.load_factor, block_size=settings.engine.block_size)
         weights = {team.team_id: team.weight for team in scenario.teams}
-        self.leases = TeamLeases(SharePolicy(weights), settings.pool_id)
         room = RoomPolicy(settings.reserve_fraction, settings.max_bulk_inflight)
+        self.leases = TeamLeases(SharePolicy(weights), settings.pool_id, room)
         self.feed = BulkFeed(room, ReleaseOrder(weights), DeadlineRisk(), entry_requests=1)
         self.feed_batches: dict[str, SimBatch] = {}
-        self.waiters: deque[SimRequest] = deque()  # interactive, no room yet (FLEET_FULL)
+        # People's requests with no room yet (FLEET_FULL, or no room for flex), by class.
+        self.waiters: dict[RequestClass, deque[SimRequest]] = {c: deque() for c in SHAPED_CLASSES}
         self.homeless: deque[SimRequest] = deque()  # admitted, their server died, none ready yet
-        self.arrivals: deque[float] = deque()
-        self.window_ttft = Histogram()  # since the last autoscaler tick
+        self.arrivals: deque[tuple[float, RequestClass]] = deque()
+        self.window_ttft = Histogram()  # the demand classes', since the last autoscaler tick
         self.target = 0
         self.heads: dict[tuple[str, int], SimRequest] = {}  # (batch, index): sampled, not yet released
         self._ids = itertools.count()
@@ -73,6 +80,8 @@ class ExactFleet:
         self._read_s: dict[int, float] = {}  # prompt tokens -> its read alone (cost model)
         self._teams = [t.team_id for t in scenario.teams]
         self._team_shares = [t.interactive_share for t in scenario.teams]
+        self._classes = [c for c, _ in scenario.class_mix]
+        self._class_shares = [share for _, share in scenario.class_mix]
         self.mean_request_tokens = moments(scenario, settings.engine.block_size).lease_mean
 
     # -- servers ------------------------------------------------------------------------------
@@ -118,19 +127,36 @@ class ExactFleet:
     # -- requests -----------------------------------------------------------------------------
 
     def new_interactive(self, now: float) -> SimRequest:
+        """A person's request: its class from the scenario's mix (no draw when there is one
+        class, so a day without tiers draws what it always drew), its team, its lengths."""
+        classes = self._classes
+        request_class = classes[0] if len(classes) == 1 else self.rng.choices(classes, self._class_shares)[0]
         team = self.rng.choices(self._teams, self._team_shares)[0]
         return SimRequest(
             f"i{next(self._ids)}",
             team,
-            INTERACTIVE,
+            request_class,
             self.scenario.prompt.sample(self.rng),
             self.scenario.reply.sample(self.rng),
             now,
         )
 
+    def demand_waiting(self) -> int:
+        """Priority and interactive requests waiting at the gateway."""
+        return sum(len(q) for c, q in self.waiters.items() if c != FLEX)
+
+    def num_waiting(self) -> int:
+        return sum(len(q) for q in self.waiters.values())
+
     def admit(self, request: SimRequest, now: float) -> bool | None:
-        """Ask the share policy: True admitted, False refused (429), None no room yet."""
-        interactive = request.kind == INTERACTIVE
+        """True admitted, False refused (429), None no room yet: flex by its rule (only on room
+        the higher tiers leave, none of theirs waiting), the others by the share policy."""
+        if request.request_class == FLEX:
+            if self.demand_waiting() or not self.leases.flex_fits(request.lease_tokens, self.capacity_tokens()):
+                return None
+            self.leases.take_flex(request.lease_tokens)
+            return True
+        interactive = not request.is_bulk
         decision = self.leases.decide(request.team_id, request.lease_tokens, interactive, self.capacity_tokens(), now)
         if decision.admitted:
             request.borrowed = decision is Decision.BORROW
@@ -171,7 +197,7 @@ class ExactFleet:
         return [StepEnd(now + step_s, server)]
 
     def on_token(self, request: SimRequest, now: float, gap: float | None) -> None:
-        if request.kind != INTERACTIVE:
+        if request.is_bulk:
             return
         if gap is None:
             ttft = now - request.arrival_s
@@ -181,9 +207,10 @@ class ExactFleet:
                 read = self._read_s[prompt] = read_alone_s(
                     self.settings.cost, prompt, self.settings.engine.max_num_batched_tokens
                 )
-            sample = TtftSample(ttft, prompt <= CHAT_PROMPT_TOKENS, max(ttft - read, 0.0))
+            sample = TtftSample(ttft, prompt <= CHAT_PROMPT_TOKENS, max(ttft - read, 0.0), request.request_class)
             self.recorder.first_token(request.arrival_s, sample)
-            self.window_ttft.add(ttft)
+            if request.is_demand:
+                self.window_ttft.add(ttft)
         else:
             self.recorder.gap(now, gap)
 
@@ -191,68 +218,92 @@ class ExactFleet:
         result = server.end_step(now, self.on_token)
         if result.preempted:
             self.recorder.count("preempted", result.preempted)
+        if result.withdrawn:
+            self.recorder.count("flex_preempted", result.withdrawn)
         for request in result.finished:
             self.finished(request, now)
         for request in result.aborted:
             self.recorder.count("aborted")
             self.release_lease(request)
         events = self.next_step(server, now)
-        if self.waiters and (result.finished or result.aborted):
+        if (result.finished or result.aborted) and self.num_waiting():
             events += self.retry_waiters(now)
         return events
 
+    def wait(self, request: SimRequest) -> None:
+        """No room yet: the request waits at the gateway (a team's waiter, flex's apart)."""
+        self.waiters[request.request_class].append(request)
+        if request.request_class != FLEX:
+            self.leases.waiters[request.team_id] += 1
+
     def retry_waiters(self, now: float) -> list[Event[ExactFleet]]:
-        """The gateway's queue: waiters retry, first come first served, when room frees (a
-        lease ends) and every dispatcher tick; after `queue_timeout_s` they get a 503."""
+        """The gateway's queue: waiters retry, highest class first and first come first served
+        within one, when room frees (a lease ends) and every dispatcher tick. Priority and
+        interactive get a 503 after `queue_timeout_s`; flex is tried only once neither waits,
+        and gets a 429 after `flex_wait_s`."""
         events: list[Event[ExactFleet]] = []
-        waiters, waiting = self.waiters, self.leases.waiters
-        while waiters:
-            request = waiters[0]
-            waiting[request.team_id] -= 1
-            if now - request.arrival_s > self.settings.queue_timeout_s:
-                waiters.popleft()
-                self.recorder.count("interactive_timed_out")
-                continue
-            admitted = self.admit(request, now)
-            if admitted is None:
-                waiting[request.team_id] += 1
-                break
-            waiters.popleft()
-            if admitted:
-                events += self.route(request, now)
-            else:
-                self.recorder.count("interactive_refused")
+        waiting = self.leases.waiters
+        for request_class, queue in self.waiters.items():
+            flex = request_class == FLEX
+            timeout_s = self.settings.flex_wait_s if flex else self.settings.queue_timeout_s
+            while queue:
+                request = queue[0]
+                if now - request.arrival_s > timeout_s:
+                    queue.popleft()
+                    if not flex:
+                        waiting[request.team_id] -= 1
+                    self.recorder.count("flex_refused" if flex else f"{request_class}_timed_out")
+                    continue
+                if flex and self.demand_waiting():
+                    break
+                if not flex:
+                    waiting[request.team_id] -= 1
+                admitted = self.admit(request, now)
+                if admitted is None:
+                    if not flex:
+                        waiting[request.team_id] += 1
+                    break
+                queue.popleft()
+                if admitted:
+                    if flex:
+                        self.recorder.count("flex_waited")
+                        self.recorder.flex_wait.add(now - request.arrival_s)
+                    events += self.route(request, now)
+                else:
+                    self.recorder.count(f"{request_class}_refused")
         return events
 
     def count_in_flight(self, dt: float) -> None:
-        """Request-seconds in flight by kind over the last `dt` (with the finishes counted in
+        """Request-seconds in flight by class over the last `dt` (with the finishes counted in
         the same window, Little's law gives how long a request holds its lease)."""
-        interactive = bulk = 0
+        counts = dict.fromkeys(self.recorder.class_ttft, 0)
+        bulk = 0
         for server in self.servers.values():
             for request in server.requests.values():
-                if request.kind == INTERACTIVE:
-                    interactive += 1
-                else:
+                if request.is_bulk:
                     bulk += 1
-        self.recorder.count("interactive_in_flight_s", interactive * dt)
+                else:
+                    counts[request.request_class] += 1
+        for request_class, count in counts.items():
+            self.recorder.count(f"{request_class}_in_flight_s", count * dt)
         self.recorder.count("bulk_in_flight_s", bulk * dt)
 
     def release_lease(self, request: SimRequest) -> None:
-        interactive = request.kind == INTERACTIVE
+        if request.request_class == FLEX:
+            self.leases.release_flex(request.lease_tokens)
+            return
+        interactive = not request.is_bulk
         self.leases.release(request.team_id, request.lease_tokens, borrowed=request.borrowed, interactive=interactive)
 
     def finished(self, request: SimRequest, now: float) -> None:
         self.release_lease(request)
         self.recorder.team_tokens[request.team_id] += request.prompt_tokens + request.reply_tokens
         window = now >= self.recorder.record_from_s
-        if request.kind == BULK:
+        if request.is_bulk:
             batch = self.feed_batches[request.batch_id or ""]
             self.feed.done(batch, 1, request.lease_tokens, now)
-            self.recorder.count("bulk_done")
-            self.recorder.count("bulk_done_in_window", window)
-        else:
-            self.recorder.count("interactive_done")
-            self.recorder.count("interactive_done_in_window", window)
+        self.recorder.count(f"{request.request_class}_done")
+        self.recorder.count(f"{request.request_class}_done_in_window", window)
 
     # -- bulk ---------------------------------------------------------------------------------
 
@@ -283,6 +334,6 @@ class ExactFleet:
             leased_tokens=self.leases.leased_tokens,
             bulk_inflight_tokens=self.feed.inflight_tokens,
             bulk_inflight_requests=self.feed.inflight_requests,
-            interactive_waiting=len(self.waiters),
-            interactive_running=sum(s.scheduler.num_unfinished(RequestClass.INTERACTIVE) for s in ready),
+            interactive_waiting=self.num_waiting(),
+            interactive_running=sum(s.scheduler.num_unfinished(EngineClass.INTERACTIVE) for s in ready),
         )

@@ -38,8 +38,11 @@ def initial_servers(world: ExactFleet, policy: ScalingPolicy) -> int:
         world.add_server(0.0, ready=True)
     # The last minute's arrivals, as a fleet running since yesterday would have counted them.
     window = settings.rate_window_s
-    count = round(scenario.rate_at(0.0) * window)
-    world.arrivals.extend(-window + (i + 0.5) * window / count for i in range(count))
+    seeded = []
+    for request_class, share in scenario.class_mix:
+        count = round(scenario.rate_at(0.0) * share * window)
+        seeded += [(-window + (i + 0.5) * window / count, request_class) for i in range(count)]
+    world.arrivals.extend(sorted(seeded))
     decided = policy.decide(signals(world, 0.0)).target
     return max(min(decided, scenario.gpus), settings.min_copies)
 
@@ -70,6 +73,8 @@ def start_exact(
     initial_ready: int | None = None,
 ) -> tuple[ExactFleet, EventQueue[ExactFleet]]:
     """The world at midnight and its first events (tests run it step by step from here)."""
+    if recorder is None:
+        recorder = Recorder(scenario.hours, focus_s=scenario.focus_s)
     world = ExactFleet(scenario, settings, policy, variant, seed, recorder)
     for plan in scenario.batches():
         if plan.arrival_s <= 0:

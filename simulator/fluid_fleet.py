@@ -2,15 +2,18 @@
 
 Every `dt` (4 s), in four 1-s slices (`FluidFleet.tick`), the fluid fleet:
 
-    arrivals    Poisson(rate × slice) people's requests, split across teams
-    admission   SharePolicy.decide per team, on slices of the waiting requests (leases held
-                here as in the exact mode); no room: they wait at the gateway, 503 after 5 s
-    service     in-flight requests end at rate 1 / duration, the duration from the probe or
-                the cost model (Little's law: in flight = rate × duration), half of each
-                slice's endings before its arrivals and half after
+    arrivals    Poisson(rate × slice) people's requests, split across classes and teams
+    admission   the gateway's queue (`fluid_gateway.py`): SharePolicy.decide per team for
+                priority, then interactive, on slices of the waiting requests (leases held
+                here as in the exact mode), no room: they wait, 503 after 5 s; flex on the room
+                those leave, 429 after its bounded wait
+    service     in-flight requests end at rate 1 / duration, the duration from the probe (its
+                class's) or the cost model (Little's law: in flight = rate × duration), half of
+                each slice's endings before its arrivals and half after
     bulk        RoomPolicy + ReleaseOrder release chunks of a batch into the room left
-    latency     each admitted request's TTFT = its gateway wait + a draw from the latest probe
-                (`probe.py`: step-level servers at this load); inter-token gaps from the probe
+    latency     each admitted request's TTFT = its gateway wait + a draw from the latest probe's
+                requests of its class (`probe.py`: step-level servers at this load,
+                `probe_ttft.py`); inter-token gaps from the probe
 
 The autoscaler, its ticks and the servers' lifecycle are as in the exact mode (`fluid_run.py`).
 """
@@ -19,21 +22,25 @@ from __future__ import annotations
 
 import math
 import random
-from collections import defaultdict, deque
+from collections import defaultdict
 from dataclasses import dataclass
 
 import numpy as np
 
+from autoscaler.demand_classes import DEMAND_CLASSES
 from bulk.release_policy import DeadlineRisk, PoolLoad, ReleaseOrder, RoomPolicy
+from contracts.service_tier import RequestClass
 from quota.shares import Decision, SharePolicy
 from simulator.bulk_feed import BulkFeed, SimBatch
+from simulator.fluid_gateway import FluidGateway
 from simulator.fluid_servers import FluidServers
-from simulator.histogram import Histogram
 from simulator.length_moments import Moments, moments
 from simulator.probe import ProbeResult
-from simulator.recorder import BatchOutcome, Recorder, TtftSample
-from simulator.scenario import BatchPlan, Scenario
+from simulator.probe_ttft import ProbeTtft
+from simulator.recorder import BatchOutcome, Recorder
+from simulator.scenario import BatchPlan, ClassMix, Scenario
 from simulator.settings import SimSettings
+from simulator.sim_request import FLEX
 from simulator.team_leases import TeamLeases
 from simulator.variants import Variant
 
@@ -58,36 +65,43 @@ class FluidFleet:
         self.variant = variant
         self.rng = random.Random(seed)
         self.np_rng = np.random.default_rng(seed)
-        self.recorder = Recorder(scenario.hours)
+        self.recorder = Recorder(scenario.hours, focus_s=scenario.focus_s)
         self.m: Moments = moments(scenario, settings.engine.block_size)
         self.bulk_lease_mean = self.m.lease_mean * settings.bulk_lease_fraction  # a bulk request's lease
         self.servers = FluidServers(self.recorder, settings.engine.kv_capacity_tokens)
         weights = {team.team_id: team.weight for team in scenario.teams}
-        self.leases = TeamLeases(SharePolicy(weights), settings.pool_id)
         room = RoomPolicy(settings.reserve_fraction, settings.max_bulk_inflight)
+        self.leases = TeamLeases(SharePolicy(weights), settings.pool_id, room)
         self.feed = BulkFeed(room, ReleaseOrder(weights), DeadlineRisk(), max(1, scenario.gpus // 8))
-        self.interactive: dict[tuple[str, bool], Flow] = defaultdict(Flow)  # (team, borrowed)
-        self.bulk: dict[tuple[str, bool], Flow] = defaultdict(Flow)  # (batch, borrowed)
+        # People's requests in flight by (class, team, borrowed); bulk's by (batch, borrowed).
+        self.interactive: dict[tuple[RequestClass, str, bool], Flow] = defaultdict(Flow)
+        self.bulk: dict[tuple[str, bool], Flow] = defaultdict(Flow)
         self.batches: dict[str, SimBatch] = {}
-        self.waiters: dict[str, deque[tuple[float, int]]] = {t.team_id: deque() for t in scenario.teams}
-        self.arrivals: deque[tuple[float, int]] = deque()
-        # The teams people's arrivals split across, and in what proportions (once: every slice
-        # draws a split).
-        self.people_teams = [t for t in scenario.teams if t.interactive_share > 0]
-        shares = [t.interactive_share for t in self.people_teams]
-        self.people_split = shares / np.sum(shares)
+        self.gateway = FluidGateway(scenario, settings, self.leases, self.recorder, self.np_rng, self.m.lease_mean)
         self.step_s = settings.cost.step_s(0, 1, 0)
-        self.probe: ProbeResult | None = None
-        self.probe_ttft = Histogram()  # the latest probe's, every prompt
-        self.probe_ttft_chat = Histogram()  # ... chat-sized prompts
-        self.probe_ttft_beyond_read = Histogram()  # ... every prompt, less its own read
-        self.pending_ttft: dict[int, float] = defaultdict(float)  # hour -> requests served at the probe's TTFT
+        self.ttft = ProbeTtft(self.recorder, self.rng)
         self.pending_tokens: dict[int, float] = defaultdict(float)  # hour -> tokens at the probe's gaps
+
+    @property
+    def probe(self) -> ProbeResult | None:
+        """The latest probe (its latencies stand for every server's until the next)."""
+        return self.ttft.probe
 
     # -- totals -------------------------------------------------------------------------------
 
     def in_flight(self) -> tuple[float, float]:
         return sum(f.requests for f in self.interactive.values()), sum(f.requests for f in self.bulk.values())
+
+    def class_mix(self) -> ClassMix:
+        """People's requests in flight by class, as shares (the probe's mix); the scenario's
+        before any is admitted."""
+        by_class: dict[RequestClass, float] = defaultdict(float)
+        for (request_class, _, _), flow in self.interactive.items():
+            by_class[request_class] += flow.requests
+        total = sum(by_class.values())
+        if len(self.scenario.class_mix) == 1 or total <= 0:
+            return self.scenario.class_mix
+        return tuple((c, n / total) for c, n in by_class.items() if n > 0)
 
     def capacity_tokens(self) -> int:
         return self.servers.ready * self.settings.engine.kv_capacity_tokens
@@ -103,7 +117,7 @@ class FluidFleet:
         return self.m.kv_in_flight / self.m.lease_in_flight
 
     @staticmethod
-    def leased_tokens(flows: dict[tuple[str, bool], Flow]) -> float:
+    def leased_tokens(flows: dict[tuple[RequestClass, str, bool], Flow] | dict[tuple[str, bool], Flow]) -> float:
         """Lease tokens the flows hold."""
         return sum(f.tokens for f in flows.values())
 
@@ -116,15 +130,17 @@ class FluidFleet:
         return min(float(self.capacity_tokens()), leased * self.held_per_leased())
 
     def interactive_kv_tokens(self) -> float:
-        """KV people's requests hold (see `held_per_leased`)."""
-        return self.leased_tokens(self.interactive) * self.held_per_leased()
+        """KV the demand classes' requests hold (see `held_per_leased`): what people need
+        servers for (flex fills what runs)."""
+        demand = sum(f.tokens for (c, _, _), f in self.interactive.items() if c in DEMAND_CLASSES)
+        return demand * self.held_per_leased()
 
     def bulk_teams(self) -> tuple[str, ...]:
         """The teams with bulk in flight, in name order."""
         return tuple(sorted({self.batches[batch].outcome.team_id for batch, _ in self.bulk}))
 
     def num_waiters(self) -> int:
-        return sum(n for q in self.waiters.values() for _, n in q)
+        return self.gateway.num_waiters()
 
     # -- one tick -----------------------------------------------------------------------------
 
@@ -147,24 +163,24 @@ class FluidFleet:
         ready = self.servers.ready > 0
         step, duration = self.durations() if ready else (self.step_s, 0.0)
         probe = self.probe
-        interactive_s = probe.interactive_duration_s if probe and probe.interactive_duration_s else duration
-        bulk_s = probe.bulk_duration_s if probe and probe.bulk_duration_s else duration
+        people_s = {c: probe.duration_s(c) or duration if probe else duration for c, _ in self.scenario.class_mix}
+        bulk_s = probe.duration_s("bulk") or duration if probe else duration
         part = dt / SLICES
         for i in range(SLICES):
             at = now + i * part
             if ready:
-                self.serve_people(at, part / 2, step, interactive_s)
+                self.serve_people(at, part / 2, step, people_s)
                 self.serve_bulk(at, part / 2, bulk_s)
             before = self.kv_used_tokens()
-            self.arrive(at, part)
-            self.admit_waiters(at)
+            self.gateway.arrive(at, part)
+            self.gateway.admit(at, self.capacity_tokens(), self.admitted)
             if self.variant.backfill and ready:
                 self.release_bulk(at)
             # The stock steps up by the slice's admissions at its middle: over the slice it
             # averages the levels either side of the step.
             self.recorder.kv_token_s += (before + self.kv_used_tokens()) / 2 * part
             if ready:
-                self.serve_people(at + part / 2, part / 2, step, interactive_s)
+                self.serve_people(at + part / 2, part / 2, step, people_s)
                 self.serve_bulk(at + part / 2, part / 2, bulk_s)
 
     def durations(self) -> tuple[float, float]:
@@ -182,21 +198,25 @@ class FluidFleet:
         self.step_s = step
         return step, (m.reply_mean + math.ceil(m.prompt_mean / budget)) * step
 
-    def serve_people(self, now: float, dt: float, step: float, duration_s: float) -> None:
-        """People's requests in flight end at rate 1 / duration over `dt`; their tokens count
-        toward the hour's inter-token gaps."""
-        share = 1.0 - math.exp(-dt / duration_s)
+    def serve_people(self, now: float, dt: float, step: float, duration_s: dict[RequestClass, float]) -> None:
+        """People's requests in flight end at rate 1 / their class's duration over `dt`; their
+        tokens count toward the hour's inter-token gaps."""
+        shares = {c: 1.0 - math.exp(-dt / d) for c, d in duration_s.items()}
         ebb = self.m.lease_mean / self.m.lease_in_flight  # leases ebb slower than requests
         per_request = self.m.prompt_mean + self.m.reply_mean
         tokens = 0.0
-        for (team, borrowed), flow in self.interactive.items():
+        for (request_class, team, borrowed), flow in self.interactive.items():
+            share = shares[request_class]
             ended, freed = flow.requests * share, flow.tokens * share * ebb
             tokens += flow.requests * dt / step
             flow.requests -= ended
             flow.tokens -= freed
-            self.leases.release(team, round(freed), borrowed=borrowed, interactive=True)
+            if request_class == FLEX:
+                self.leases.release_flex(round(freed))
+            else:
+                self.leases.release(team, round(freed), borrowed=borrowed, interactive=True)
             self.recorder.team_tokens[team] += ended * per_request
-            self.recorder.count("interactive_done", ended)
+            self.recorder.count(f"{request_class}_done", ended)
         self.pending_tokens[min(int(now // 3600), self.recorder.num_hours - 1)] += tokens
 
     def serve_bulk(self, now: float, dt: float, duration_s: float) -> None:
@@ -230,68 +250,17 @@ class FluidFleet:
         self.feed.inflight_requests = round(sum(f.requests for f in self.bulk.values()))
         self.feed.inflight_tokens = round(self.leased_tokens(self.bulk))
 
-    def arrive(self, now: float, dt: float) -> None:
-        count = int(self.np_rng.poisson(self.scenario.rate_at(now) * dt))
-        self.arrivals.append((now, count))
-        self.recorder.count("interactive_arrived", count)
-        if count == 0:
-            return
-        split = self.np_rng.multinomial(count, self.people_split)
-        for team, n in zip(self.people_teams, split, strict=True):
-            if n:
-                self.waiters[team.team_id].append((now, int(n)))
-
-    def admit_waiters(self, now: float) -> None:
-        """The gateway's queue, team by team: FIFO slices asked of the share policy."""
-        lease = self.m.lease_mean
-        leases = self.leases
-        for team, queue in self.waiters.items():
-            leases.waiters[team] = sum(n for _, n in queue)
-        for team, queue in self.waiters.items():
-            while queue:
-                arrived, count = queue[0]
-                if now - arrived > self.settings.queue_timeout_s:
-                    queue.popleft()
-                    leases.waiters[team] -= count
-                    self.recorder.count("interactive_timed_out", count)
-                    continue
-                # The whole cohort in one ask when it fits; else a quarter at a time, so a
-                # team near its share gets what room there is.
-                size = count
-                leases.waiters[team] -= size
-                decision = leases.decide(team, round(size * lease), True, self.capacity_tokens(), now)
-                if not decision.admitted and count > 1:
-                    leases.waiters[team] += size
-                    size = math.ceil(count / 4)
-                    leases.waiters[team] -= size
-                    decision = leases.decide(team, round(size * lease), True, self.capacity_tokens(), now)
-                if decision is Decision.FLEET_FULL:
-                    leases.waiters[team] += size
-                    break
-                queue[0] = (arrived, count - size)
-                if count == size:
-                    queue.popleft()
-                if decision.admitted:
-                    flow = self.interactive[(team, decision is Decision.BORROW)]
-                    flow.requests += size
-                    flow.tokens += round(size * lease)
-                    self.first_tokens(arrived, now - arrived, size)
-                else:
-                    self.recorder.count("interactive_refused", size)
-
-    def first_tokens(self, arrived: float, wait: float, count: int) -> None:
-        """TTFT of `count` requests admitted after `wait` at the gateway: the wait plus the
-        probe's engine-side TTFT (folded in per hour when the probe changes, if no wait)."""
-        if wait <= 0:
-            self.pending_ttft[min(int(arrived // 3600), self.recorder.num_hours - 1)] += count
-            return
-        samples = self.probe.ttft_samples if self.probe is not None else []
-        if not samples:
-            self.recorder.first_token(arrived, TtftSample(wait, True, wait), count)
-            return
-        draws = min(count, 4)
-        for _ in range(draws):
-            self.recorder.first_token(arrived, self.rng.choice(samples).later(wait), count / draws)
+    def admitted(
+        self, request_class: RequestClass, team: str, borrowed: bool, arrived: float, now: float, count: int
+    ) -> None:
+        """A cohort the gateway admitted: into its flow, its first tokens at the probe's."""
+        flow = self.interactive[(request_class, team, borrowed)]
+        flow.requests += count
+        flow.tokens += round(count * self.m.lease_mean)
+        if now - arrived <= 0:
+            self.ttft.served(request_class, arrived, count)
+        else:
+            self.ttft.waited(request_class, arrived, now - arrived, count)
 
     def release_bulk(self, now: float) -> None:
         interactive, _ = self.in_flight()
@@ -325,24 +294,10 @@ class FluidFleet:
     def use_probe(self, probe: ProbeResult) -> None:
         """Fold the traffic served since the last probe into the hours at that probe's
         latencies, then take the new probe's."""
-        rec = self.recorder
-        if self.probe is not None:
-            chat_share = self.probe_ttft_chat.total / self.probe_ttft.total if self.probe_ttft.total else 0.0
-            for hour, served in self.pending_ttft.items():
-                if served and self.probe_ttft.total:
-                    rec.ttft[hour].merge(self.probe_ttft, served / self.probe_ttft.total)
-                    rec.ttft_beyond_read[hour].merge(self.probe_ttft_beyond_read, served / self.probe_ttft.total)
-                if served and self.probe_ttft_chat.total:
-                    rec.ttft_chat[hour].merge(self.probe_ttft_chat, served * chat_share / self.probe_ttft_chat.total)
+        previous = self.probe
+        if previous is not None:
             for hour, tokens in self.pending_tokens.items():
-                if tokens and self.probe.itl.total:
-                    rec.itl[hour].merge(self.probe.itl, tokens / self.probe.itl.total)
-        self.pending_ttft.clear()
+                if tokens and previous.itl.total:
+                    self.recorder.itl[hour].merge(previous.itl, tokens / previous.itl.total)
         self.pending_tokens.clear()
-        self.probe = probe
-        self.probe_ttft, self.probe_ttft_chat, self.probe_ttft_beyond_read = Histogram(), Histogram(), Histogram()
-        for sample in probe.ttft_samples:
-            self.probe_ttft.add(sample.ttft_s)
-            self.probe_ttft_beyond_read.add(sample.beyond_read_s)
-            if sample.chat:
-                self.probe_ttft_chat.add(sample.ttft_s)
+        self.ttft.use(probe)

@@ -2,9 +2,11 @@
 Scheduler, BlockManager and RoutingPolicy) run for a short window at the load one server of the
 fluid fleet carries at that moment. Their latencies stand for every server's until the next probe.
 
-    fluid fleet at t: admitted interactive req/s per ready server, the teams running bulk
-        ─▶ cell of `cell` servers, that rate × cell, those teams' bulk backfilling
-        ─▶ warm-up (discarded) + window ─▶ TTFT samples, inter-token histogram
+    fluid fleet at t: admitted people's req/s per ready server and their classes' mix, the
+        teams running bulk
+        ─▶ cell of `cell` servers, that rate × cell in that mix, those teams' bulk backfilling
+        ─▶ warm-up (discarded) + window ─▶ TTFT samples (each with its class), inter-token
+           histogram, how long each class holds its lease
 
 Admission runs again in the cell, on the cell's own leases: without it, people's requests
 arrive into servers the cell's dispatcher filled with bulk and wait in the engine for bulk to
@@ -32,10 +34,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from autoscaler.policies import StaticFleet
+from contracts.service_tier import RequestClass
 from simulator.exact_run import run_exact
 from simulator.histogram import Histogram
 from simulator.recorder import Recorder, TtftSample
-from simulator.scenario import BRIEF_GPUS, HOUR, BatchPlan, Scenario, TeamMix
+from simulator.scenario import BRIEF_GPUS, HOUR, BatchPlan, ClassMix, Scenario, TeamMix
 from simulator.settings import SimSettings
 from simulator.variants import Variant
 
@@ -48,10 +51,13 @@ class ProbeResult:
     ttft_samples: list[TtftSample]
     itl: Histogram
     kv_used_fraction: float  # busy share of the cell's KV over the window
-    # How long a request holds its lease, admission to last token (Little's law over the
-    # window); None when none finished. The fluid fleet turns its flows over at these.
-    interactive_duration_s: float | None
-    bulk_duration_s: float | None
+    # How long a request of each class holds its lease, admission to last token (Little's law
+    # over the window); a class none of which finished is absent. The fluid fleet turns its
+    # flows over at these.
+    durations_s: dict[RequestClass, float]
+
+    def duration_s(self, request_class: RequestClass) -> float | None:
+        return self.durations_s.get(request_class)
 
 
 def cell_teams(teams: Sequence[TeamMix], bulk_teams: Sequence[str]) -> tuple[TeamMix, ...]:
@@ -84,9 +90,10 @@ def run_probe(
     warmup_s: float,
     window_s: float,
     seed: int,
+    class_mix: ClassMix | None = None,
 ) -> ProbeResult:
-    """Latencies of a cell of `cell` servers fed `rate_per_server` interactive req/s each,
-    beside the bulk of `bulk_teams` (none: no bulk)."""
+    """Latencies of a cell of `cell` servers fed `rate_per_server` people's req/s each, in
+    `class_mix` (None: the scenario's), beside the bulk of `bulk_teams` (none: no bulk)."""
     scale = cell / BRIEF_GPUS
     batches = (BatchPlan("probe-bulk", PROBE_BULK_TEAM, 0.0, PROBE_BULK_REQUESTS),) if bulk_teams else ()
     scenario = replace(
@@ -102,6 +109,7 @@ def run_probe(
         extra_batches=batches,
         flash=None,
         failures_per_server_hour=0.0,
+        class_mix=base.class_mix if class_mix is None else class_mix,
     )
     probe_settings = replace(settings, sample_interval_s=3600.0)
     recorder = Recorder(scenario.hours, record_from_s=warmup_s, keep_ttft_samples=True)
@@ -112,8 +120,9 @@ def run_probe(
     busy = recorder.kv_token_s / recorder.kv_capacity_token_s if recorder.kv_capacity_token_s else 0.0
     counters = recorder.counters
 
-    def duration(kind: str) -> float | None:
-        done = counters[f"{kind}_done_in_window"]
-        return counters[f"{kind}_in_flight_s"] / done if done else None
-
-    return ProbeResult(recorder.ttft_samples, itl, busy, duration("interactive"), duration("bulk"))
+    durations = {
+        request_class: counters[f"{request_class}_in_flight_s"] / done
+        for request_class in (*recorder.class_ttft, "bulk")
+        if (done := counters[f"{request_class}_done_in_window"])
+    }
+    return ProbeResult(recorder.ttft_samples, itl, busy, durations)

@@ -1,14 +1,22 @@
 """What a run measured: latency histograms per hour, counters, per-team tokens, GPU-seconds by
 state and a time series sampled every minute. Both modes fill the same `Recorder`, so the
-report and the agreement test compare like with like."""
+report and the agreement test compare like with like.
+
+Time to first token is kept per class (priority, interactive, flex) and, for the headline
+figures S6 judges, over the demand classes (priority + interactive): a flex request may wait
+for room by design. `focus_s` (a surge) keeps each class's TTFT over that window apart.
+"""
 
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from autoscaler.demand_classes import DEMAND_CLASSES
+from contracts.service_tier import RequestClass
 from simulator.histogram import Histogram
 from simulator.scenario import HOUR
+from simulator.sim_request import SHAPED_CLASSES
 
 # Prompts up to this many tokens are "chat-sized": their TTFT is reported apart, since a
 # 30,000-token document's first token waits for ~2 s of prefill whatever the fleet does.
@@ -23,10 +31,32 @@ class TtftSample:
     ttft_s: float
     chat: bool
     beyond_read_s: float
+    request_class: RequestClass = "interactive"
 
     def later(self, wait_s: float) -> TtftSample:
         """The same request after `wait_s` more at the gateway."""
-        return TtftSample(self.ttft_s + wait_s, self.chat, self.beyond_read_s + wait_s)
+        return TtftSample(self.ttft_s + wait_s, self.chat, self.beyond_read_s + wait_s, self.request_class)
+
+
+@dataclass(slots=True)
+class TtftHistograms:
+    """First tokens three ways: every prompt, chat-sized prompts, every prompt beyond its read."""
+
+    every: Histogram = field(default_factory=Histogram)
+    chat: Histogram = field(default_factory=Histogram)
+    beyond_read: Histogram = field(default_factory=Histogram)
+
+    def add(self, sample: TtftSample, weight: float = 1.0) -> None:
+        self.every.add(sample.ttft_s, weight)
+        self.beyond_read.add(sample.beyond_read_s, weight)
+        if sample.chat:
+            self.chat.add(sample.ttft_s, weight)
+
+    def merge(self, other: TtftHistograms, weight: float = 1.0) -> None:
+        """`other`'s counts, `weight` times each."""
+        self.every.merge(other.every, weight)
+        self.chat.merge(other.chat, weight)
+        self.beyond_read.merge(other.beyond_read, weight)
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,15 +90,26 @@ class BatchOutcome:
 class Recorder:
     """Accumulates a run's measurements; the report reads them at the end."""
 
-    def __init__(self, hours: float, record_from_s: float = 0.0, keep_ttft_samples: bool = False) -> None:
+    def __init__(
+        self,
+        hours: float,
+        record_from_s: float = 0.0,
+        keep_ttft_samples: bool = False,
+        focus_s: tuple[float, float] | None = None,
+    ) -> None:
         # Latencies before this are a warm-up (the fast mode's probes) and are not recorded.
         self.record_from_s = record_from_s
+        self.focus_s = focus_s
         self.ttft_samples: list[TtftSample] | None = [] if keep_ttft_samples else None
         self.num_hours = max(1, int(hours + 0.999))
         self.ttft = [Histogram() for _ in range(self.num_hours)]  # by hour of arrival
         self.ttft_chat = [Histogram() for _ in range(self.num_hours)]  # prompts <= CHAT_PROMPT_TOKENS
         self.ttft_beyond_read = [Histogram() for _ in range(self.num_hours)]  # TTFT - the prompt's own read
         self.itl = [Histogram() for _ in range(self.num_hours)]  # by hour of the token
+        # Each interactive-shaped class's TTFT by hour of arrival, and over `focus_s`.
+        self.class_ttft = {c: [TtftHistograms() for _ in range(self.num_hours)] for c in SHAPED_CLASSES}
+        self.focus_ttft = {c: TtftHistograms() for c in SHAPED_CLASSES}
+        self.flex_wait = Histogram()  # gateway waits of flex requests admitted after waiting
         self.recent_ttft = Histogram()  # since the last sample
         self.counters: dict[str, float] = defaultdict(float)
         self.team_tokens: dict[str, float] = defaultdict(float)  # prompt + reply tokens served
@@ -89,6 +130,12 @@ class Recorder:
         if self.ttft_samples is not None:
             self.ttft_samples.append(sample)
         hour = self._hour(arrival_s)
+        self.class_ttft[sample.request_class][hour].add(sample, weight)
+        focus = self.focus_s
+        if focus is not None and focus[0] <= arrival_s < focus[1]:
+            self.focus_ttft[sample.request_class].add(sample, weight)
+        if sample.request_class not in DEMAND_CLASSES:
+            return
         self.ttft[hour].add(sample.ttft_s, weight)
         if sample.chat:
             self.ttft_chat[hour].add(sample.ttft_s, weight)
@@ -117,6 +164,13 @@ class Recorder:
         merged = Histogram()
         for hour in range(self._hour(start_s), self._hour(end_s - 1e-9) + 1):
             merged.merge(hours[hour])
+        return merged
+
+    def class_ttft_over(self, request_class: RequestClass, start_s: float, end_s: float) -> TtftHistograms:
+        """One class's time to first token of requests arriving in [start_s, end_s) (whole hours)."""
+        merged = TtftHistograms()
+        for hour in range(self._hour(start_s), self._hour(end_s - 1e-9) + 1):
+            merged.merge(self.class_ttft[request_class][hour])
         return merged
 
     def itl_over(self, start_s: float, end_s: float) -> Histogram:

@@ -20,6 +20,11 @@ def _s(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.2f} s"
 
 
+def _clock(seconds: float) -> str:
+    minutes = round(seconds / 60)
+    return f"{minutes // 60:02d}:{minutes % 60:02d}"
+
+
 def _verdict(met: bool | None) -> str:
     return "not covered" if met is None else ("**met**" if met else "**not met**")
 
@@ -61,6 +66,46 @@ def targets_section(summaries: Sequence[Summary]) -> list[str]:
         ]
         if s.batches_open:
             lines.append(f"  {s.batches_open} batches due after the run still had {s.bulk_open_left:,} requests left.")
+    return lines
+
+
+def tiers_section(scenario: Scenario, summaries: Sequence[Summary]) -> list[str]:
+    """Each class of people's requests per policy: TTFT over the day and through the surge, and
+    what flex absorbed (empty for a run with one class and no surge)."""
+    if not any(s.tiered for s in summaries):
+        return []
+    flash = scenario.flash
+    surge = (
+        "No surge."
+        if flash is None
+        else f"Surge: people's demand x{flash.multiplier:g} from {_clock(flash.start_s)} to"
+        f" {_clock(flash.start_s + flash.duration_s)}, unforecast"
+        f" (servers take {scenario.startup_s / 60:g} min to start)."
+    )
+    lines = [
+        "## Tiers",
+        "",
+        surge,
+        "",
+        "| policy | class | arrived | TTFT p50 / p99 day | TTFT p99 surge (all / chat-sized / beyond the read) |"
+        " 429 + 503 |",
+        "|---|---|---|---|---|---|",
+    ]
+    for s in summaries:
+        for c in s.classes:
+            surge_p99 = f"{_s(c.surge_ttft_p99_s)} / {_s(c.surge_chat_ttft_p99_s)} / {_s(c.surge_beyond_read_p99_s)}"
+            lines.append(
+                f"| {s.policy} | {c.request_class} | {c.arrived:,} | {_s(c.ttft_p50_s)} / {_s(c.ttft_p99_s)} |"
+                f" {surge_p99} | {c.refused_or_503:,} |"
+            )
+    flex = [(s.policy, s.flex) for s in summaries if s.flex is not None]
+    if flex:
+        lines += ["", "| policy | flex arrived | admitted after a wait (wait p99) | 429 | KV taken by a higher tier |"]
+        lines.append("|---|---|---|---|---|")
+        for policy, f in flex:
+            lines.append(
+                f"| {policy} | {f.arrived:,} | {f.waited:,} ({_s(f.wait_p99_s)}) | {f.refused:,} | {f.preempted:,} |"
+            )
     return lines
 
 
@@ -106,6 +151,8 @@ def write_report(
         " requests refused by the share policy or timed out waiting for room.",
         "",
         *targets_section(summaries),
+        "",
+        *tiers_section(scenario, summaries),
         "",
         *teams_section(scenario, summaries),
         "",

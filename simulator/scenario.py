@@ -1,5 +1,5 @@
 r"""The traffic a simulated day carries: interactive demand over the day, bulk batches, teams,
-the brief's length distributions, failures and surprises. Plain data; `workload.py` samples it.
+the brief's length distributions, the people's tier mix, failures and surprises. Plain data.
 
 The clock starts at 00:00 on a weekday (t = 0). All figures are the brief's at 400 GPUs and
 scale with the fleet (`scaled`), so a small fleet sees the same day in miniature.
@@ -16,7 +16,10 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field, replace
 
+from autoscaler.demand_classes import DEMAND_CLASSES
+from contracts.service_tier import RequestClass
 from simulator.lengths import LengthDistribution, brief_prompt_lengths, brief_reply_lengths
+from simulator.sim_request import SHAPED_CLASSES
 
 HOUR = 3600.0
 DAY = 24 * HOUR
@@ -50,9 +53,21 @@ class BatchPlan:
     deadline_s: float = DAY
 
 
+ClassMix = tuple[tuple[RequestClass, float], ...]
+
+# Before the tiers every person's request was interactive (the default tier).
+ALL_INTERACTIVE: ClassMix = (("interactive", 1.0),)
+# The people's arrivals by tier (docs/simulator.md, "Tiers"): a tenth pays for priority, and
+# 15% is work that can wait for room (agents, evaluations) sent as flex rather than at the
+# default tier. The people's volume stays today's, so a run without tiers compares like with
+# like; batch is today's bulk.
+TIER_MIX: ClassMix = (("priority", 0.10), ("interactive", 0.75), ("flex", 0.15))
+
+
 @dataclass(frozen=True, slots=True)
 class FlashCrowd:
-    """Interactive demand × `multiplier` from `start_s` for `duration_s`: nothing forecast it."""
+    """Interactive demand × `multiplier` from `start_s` for `duration_s`: nothing forecast it,
+    so servers started for it are ready a start-up (eight minutes) after it arrives."""
 
     start_s: float
     duration_s: float
@@ -77,10 +92,29 @@ class Scenario:
     prompt: LengthDistribution = field(default_factory=brief_prompt_lengths)
     reply: LengthDistribution = field(default_factory=brief_reply_lengths)
     startup_s: float = 480.0
+    class_mix: ClassMix = ALL_INTERACTIVE  # the people's arrivals by class (bulk is the batches)
+
+    def __post_init__(self) -> None:
+        classes = [c for c, _ in self.class_mix]
+        if not set(classes) <= set(SHAPED_CLASSES) or len(set(classes)) != len(classes):
+            raise ValueError(f"class_mix: each of {SHAPED_CLASSES} at most once, got {classes}")
+        if any(share < 0 for _, share in self.class_mix) or abs(sum(s for _, s in self.class_mix) - 1) > 1e-9:
+            raise ValueError(f"class_mix: shares must be non-negative and sum to 1, got {self.class_mix}")
 
     @property
     def duration_s(self) -> float:
         return self.hours * HOUR
+
+    @property
+    def demand_share(self) -> float:
+        """The share of the people's arrivals in the classes servers are started for."""
+        return sum(share for c, share in self.class_mix if c in DEMAND_CLASSES)
+
+    @property
+    def focus_s(self) -> tuple[float, float] | None:
+        """The window reported on its own (the flash crowd or surge), if any."""
+        flash = self.flash
+        return None if flash is None else (flash.start_s, flash.start_s + flash.duration_s)
 
     @property
     def scale(self) -> float:
@@ -177,7 +211,26 @@ def scenario(name: str, *, gpus: int = BRIEF_GPUS, hours: float = 24.0) -> Scena
         return replace(
             base, name=name, description="the weekday with interactive demand +30% for 20 min at 15:00", flash=flash
         )
+    if name == "weekday-surge":
+        return replace(
+            base,
+            name=name,
+            description="the weekday with people's demand x1.5 for 30 min at 14:00, every request interactive",
+            flash=SURGE,
+        )
+    if name == "weekday-tiers":
+        return replace(
+            base,
+            name=name,
+            description="the weekday's people as priority 10% / default 75% / flex 15%, batch as bulk,"
+            " and demand x1.5 for 30 min at 14:00",
+            flash=SURGE,
+            class_mix=TIER_MIX,
+        )
     raise ValueError(f"unknown scenario {name!r}: choose from {', '.join(SCENARIOS)}")
 
 
-SCENARIOS = ("weekday", "monday-9am", "failures", "flash-crowd")
+# The surge the tiers are judged through: at the afternoon's peak, unforecast, so the servers
+# started for it arrive a start-up (eight minutes) later; beyond what 400 GPUs carry.
+SURGE = FlashCrowd(start_s=14 * HOUR, duration_s=30 * 60, multiplier=1.5)
+SCENARIOS = ("weekday", "monday-9am", "failures", "flash-crowd", "weekday-surge", "weekday-tiers")

@@ -68,7 +68,10 @@ class SimSettings:
     bulk_lease_fraction: float = 0.92
     max_bulk_inflight: int = 10**9  # a GPU pool takes as many bulk requests as its KV holds
     dispatch_interval_s: float = 1.0  # the dispatcher's tick
-    queue_timeout_s: float = 5.0  # interactive requests wait this long for room, then 503
+    queue_timeout_s: float = 5.0  # priority and interactive requests wait this long for room, then 503
+    # A flex request waits this long for room the higher tiers leave, then 429
+    # `flex_capacity_unavailable` (contracts/service_tier.py: a bounded wait).
+    flex_wait_s: float = 5.0
     load_factor: float = 1.25  # the router's bounded-load factor
     sample_interval_s: float = 60.0
     rate_window_s: float = 60.0  # the interactive rate the autoscaler sees: arrivals over this

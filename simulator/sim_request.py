@@ -1,13 +1,20 @@
-"""One request as the simulator follows it from the gateway to its last token."""
+"""One request as the simulator follows it from the gateway to its last token, in one of the
+four classes of contracts/service_tier.py (priority, interactive, flex, bulk)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from autoscaler.demand_classes import DEMAND_CLASSES
+from contracts.service_tier import INTERACTIVE_SHAPED, REQUEST_CLASSES, RequestClass
 from quota.lease_size import bulk_lease_tokens
 
-INTERACTIVE = "interactive"
-BULK = "bulk"
+PRIORITY: RequestClass = "priority"
+INTERACTIVE: RequestClass = "interactive"  # the default tier
+FLEX: RequestClass = "flex"
+BULK: RequestClass = "bulk"
+# The classes that arrive as a person's request (a reply streamed now), highest first.
+SHAPED_CLASSES: tuple[RequestClass, ...] = tuple(c for c in REQUEST_CLASSES if c in INTERACTIVE_SHAPED)
 
 
 @dataclass(slots=True, eq=False)
@@ -20,7 +27,7 @@ class SimRequest:
 
     request_id: str
     team_id: str
-    kind: str  # INTERACTIVE or BULK: who is waiting for it
+    request_class: RequestClass  # its tier's class: who is waiting for it, and how urgently
     prompt_tokens: int
     reply_tokens: int
     arrival_s: float
@@ -38,11 +45,20 @@ class SimRequest:
     def runs_as_bulk(self) -> bool:
         """Whether the engine runs it in its bulk class (preempted first, never preempting
         people): bulk, and people's requests admitted on borrowed room."""
-        return self.kind == BULK or self.borrowed
+        return self.request_class == BULK or self.borrowed
+
+    @property
+    def is_bulk(self) -> bool:
+        return self.request_class == BULK
+
+    @property
+    def is_demand(self) -> bool:
+        """Priority or interactive: the classes with a TTFT target, whose load starts servers."""
+        return self.request_class in DEMAND_CLASSES
 
     @property
     def lease_tokens(self) -> int:
         """What admission and the dispatcher count: the KV the request may come to hold, of
         which bulk leases `bulk_lease_fraction` (quota/lease_size.py)."""
         tokens = self.prompt_tokens + self.reply_tokens
-        return bulk_lease_tokens(tokens, self.bulk_lease_fraction) if self.kind == BULK else tokens
+        return bulk_lease_tokens(tokens, self.bulk_lease_fraction) if self.request_class == BULK else tokens

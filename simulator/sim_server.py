@@ -2,9 +2,12 @@
 
 A step is what `LLMEngine.step` does minus the forward pass: plan (`schedule`), let the cost
 model say how long the GPU takes, then mark the tokens computed (`update_after_step`), append
-a sampled token to every sequence that caught up, and finish those at their length.
+a sampled token to every sequence that caught up, and finish those at their length. Requests
+reach the engine through the server's `TierGate`, which orders the tiers the engine's two
+classes do not tell apart (priority, interactive and flex: `tier_gate.py`).
 
-    begin_step() ─ schedule() ─ cost.step_s(prefill, decode, context) ─▶ duration
+    add() ─ TierGate.arrive ─▶ engine (now, or held behind higher tiers)
+    begin_step() ─ TierGate.before_step ─ schedule() ─ cost.step_s(prefill, decode, context) ─▶ duration
     end_step(now) ─ update_after_step() ─ append token / first token / finish ─▶ StepResult
 """
 
@@ -16,11 +19,12 @@ from dataclasses import dataclass, field
 from engine.config import EngineConfig
 from engine.request import EngineRequest, FinishReason, RequestClass, SamplingParams
 from engine.scheduler import Scheduler, SchedulerOutput
-from engine.sequence import RequestStatus, Sequence
+from engine.sequence import Sequence
 from fleet_state.server_state import ServerState
 from router.routing_policy import ServerLoad
 from simulator.cost_model import StepCostModel
-from simulator.sim_request import SimRequest
+from simulator.sim_request import INTERACTIVE, PRIORITY, SimRequest
+from simulator.tier_gate import TierGate
 
 # Called for every token a reply gets: (request, now, gap since its previous token or None).
 TokenSink = Callable[[SimRequest, float, float | None], None]
@@ -31,6 +35,7 @@ class StepResult:
     finished: list[SimRequest] = field(default_factory=list)
     aborted: list[SimRequest] = field(default_factory=list)
     preempted: int = 0  # sequences the step's plan preempted (recompute: they read again)
+    withdrawn: int = 0  # flex requests whose KV a higher tier took before the step (they read again)
 
 
 class SimServer:
@@ -44,12 +49,14 @@ class SimServer:
         self.created_s = created_s
         self.ready_s: float | None = None
         self.scheduler = Scheduler(config)
+        self.gate = TierGate(self.scheduler, self._enqueue)
         self.requests: dict[str, SimRequest] = {}
         self.stepping = False
         self.epoch = 0  # bumped when the server dies: its pending step event is void
         self._plan: SchedulerOutput | None = None
         self._step_s = 0.0
         self._arrivals = 0
+        self._withdrawn = 0  # by the gate before the planned step
         self.kv_token_s = 0.0  # KV tokens held × seconds: the busy measure
         # Sent by the gateway since this server's last step began (the router's in-flight
         # accounting: requests the engine has not planned yet hold no blocks).
@@ -66,7 +73,13 @@ class SimServer:
         return self.scheduler.block_manager.num_used_blocks * self.config.block_size
 
     def add(self, request: SimRequest) -> None:
-        """Queue a request in the engine; a retry resumes from the tokens already delivered."""
+        """Queue a request on the server; a retry resumes from the tokens already delivered."""
+        self.requests[request.request_id] = request
+        request.server_id = self.server_id
+        self.gate.arrive(request)
+
+    def _enqueue(self, request: SimRequest) -> None:
+        """Into the engine, resuming from the tokens already delivered (a retry, a withdrawal)."""
         run_class = RequestClass.BULK if request.runs_as_bulk else RequestClass.INTERACTIVE
         engine_request = EngineRequest(
             request_id=request.request_id,
@@ -77,11 +90,10 @@ class SimServer:
         )
         self.scheduler.add(Sequence.from_request(engine_request, arrival=self._arrivals))
         self._arrivals += 1
-        self.requests[request.request_id] = request
-        request.server_id = self.server_id
 
     def begin_step(self) -> float | None:
         """Plan the next step; its duration in seconds, or None when there is nothing to do."""
+        self._withdrawn = self.gate.before_step()
         if not self.scheduler.has_unfinished():
             return None
         plan = self.scheduler.schedule()
@@ -105,7 +117,7 @@ class SimServer:
         plan = self._plan
         assert plan is not None, "end_step without begin_step"
         self._plan = None
-        result = StepResult(preempted=len(plan.preempted_ids))
+        result = StepResult(preempted=len(plan.preempted_ids), withdrawn=self._withdrawn)
         scheduler = self.scheduler
         scheduler.update_after_step(plan)
         requests = self.requests
@@ -128,16 +140,20 @@ class SimServer:
             if len(seq.all_token_ids) >= seq.max_total_tokens:
                 scheduler.finish_sequence(seq, FinishReason.LENGTH)
                 del self.requests[seq.request_id]
+                self.gate.finished(seq.request_id, request.request_class)
                 request.finished_s = now
                 result.finished.append(request)
         for seq in plan.aborted:
-            result.aborted.append(self.requests.pop(seq.request_id))
+            request = self.requests.pop(seq.request_id)
+            self.gate.finished(seq.request_id, request.request_class)
+            result.aborted.append(request)
         return result
 
     def evict_all(self) -> list[SimRequest]:
         """The server died: every request it held, for the fleet to retry elsewhere."""
         for seq in self.scheduler.unfinished():
             self.scheduler.finish_sequence(seq, FinishReason.ABORTED)
+        self.gate.take_held()
         requests = list(self.requests.values())
         self.requests.clear()
         self._plan = None
@@ -155,21 +171,18 @@ class SimServer:
             capacity_tokens=self.kv_capacity_tokens,
             free_tokens=self.kv_capacity_tokens - self.kv_used_tokens,
             active_requests=scheduler.num_running,
-            waiting_requests=scheduler.num_waiting,
+            waiting_requests=scheduler.num_waiting + self.gate.num_held,
             inflight_tokens=inflight_tokens,
             inflight_requests=inflight_requests,
             bulk_tokens=scheduler.held_blocks(RequestClass.BULK) * scheduler.block_manager.block_size,
         )
 
     @property
-    def num_waiting_interactive(self) -> int:
-        """Interactive requests queued in the engine (not admitted, or preempted)."""
-        return sum(
-            1
-            for seq in self.scheduler.unfinished()
-            if seq.request_class is RequestClass.INTERACTIVE and seq.status is not RequestStatus.RUNNING
-        )
+    def num_waiting_demand(self) -> int:
+        """Priority and interactive requests on the server not admitted yet (or preempted): the
+        waiting the autoscaler counts (flex waits for room by design)."""
+        return self.gate.waiting(PRIORITY) + self.gate.waiting(INTERACTIVE)
 
     @property
     def is_empty(self) -> bool:
-        return not self.scheduler.has_unfinished()
+        return not self.scheduler.has_unfinished() and not self.gate.num_held

@@ -1,29 +1,40 @@
 """Admission as the gateway does it: `SharePolicy.decide` on the pool's leases, the leases held
-here instead of in Redis.
+here instead of in Redis; and flex's rule beside it.
 
-Each admitted request holds a lease of prompt + max_tokens until it ends; interactive requests
-the pool has no room for wait (they count as the pool's waiters) and are retried until the
-gateway's queue timeout.
+Each admitted request holds a lease of prompt + max_tokens until it ends; priority and
+interactive requests the pool has no room for wait (they count as the pool's waiters) and are
+retried until the gateway's queue timeout.
+
+Flex runs only on room the higher tiers leave (contracts/service_tier.py): it is admitted
+while no priority or interactive request waits and the interactive-shaped leases (priority,
+interactive and flex) with its own stay within what bulk may ever use of the pool (the bulk
+reserve is the higher tiers' too). Bulk's leases do not count against it: flex outranks bulk,
+whose KV the engine gives it. Flex leases are held apart from the teams' shares, so the share
+policy admits people against room flex holds (the engine takes it back from flex), and a
+team's flex never pushes its own people to borrowed room; the dispatcher counts them as leased.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 
+from bulk.release_policy import RoomPolicy
 from quota.shares import Decision, PoolView, SharePolicy, ShareRequest, TeamLoad, TeamUsage
 
 
 class TeamLeases:
     """Owned and borrowed lease tokens and waiters per team, in one pool."""
 
-    def __init__(self, policy: SharePolicy, pool_id: str) -> None:
+    def __init__(self, policy: SharePolicy, pool_id: str, room: RoomPolicy) -> None:
         self.policy = policy
         self.pool_id = pool_id
+        self.room = room  # the dispatcher's reserve arithmetic, which flex keeps to as well
         self.owned: dict[str, int] = defaultdict(int)
         self.borrowed: dict[str, int] = defaultdict(int)
         self.waiters: dict[str, int] = defaultdict(int)
-        self.leased_tokens = 0
-        self.interactive_leased_tokens = 0
+        self.leased_tokens = 0  # every lease, flex's included (what the dispatcher sees)
+        self.interactive_leased_tokens = 0  # priority and interactive, borrowed included
+        self.flex_leased_tokens = 0
 
     def view(self, capacity_tokens: int) -> PoolView:
         teams = set(self.owned) | set(self.borrowed) | set(self.waiters)
@@ -58,3 +69,20 @@ class TeamLeases:
     @property
     def num_waiters(self) -> int:
         return sum(self.waiters.values())
+
+    def flex_room(self, capacity_tokens: int) -> int:
+        """Lease tokens flex may still take: the room the higher tiers leave (module docstring);
+        the caller checks that none of theirs waits."""
+        shaped = self.interactive_leased_tokens + self.flex_leased_tokens
+        return self.room.usable_tokens(capacity_tokens) - shaped
+
+    def flex_fits(self, tokens: int, capacity_tokens: int) -> bool:
+        return tokens <= self.flex_room(capacity_tokens)
+
+    def take_flex(self, tokens: int) -> None:
+        self.flex_leased_tokens += tokens
+        self.leased_tokens += tokens
+
+    def release_flex(self, tokens: int) -> None:
+        self.flex_leased_tokens -= tokens
+        self.leased_tokens -= tokens

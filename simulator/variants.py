@@ -11,8 +11,9 @@ ignores it for sizing, but the load floor must know that a KV cache full of bulk
 waiting); no-backfill's is not, so its servers follow people only.
 
 The autoscaler's `LoadProfile` is seeded with `seed_history_days` days of the scenario's own
-demand curve (its expected rate every interval, no noise, no flash crowd): the history a
-service that has run for a week would have recorded.
+demand curve (the expected rate of its demand classes, priority and interactive, every
+interval, no noise, no flash crowd): the history a service that has run for a week would have
+recorded.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ def seeded_profile(scenario: Scenario, settings: SimSettings) -> LoadProfile:
     step = settings.autoscaler.interval_s
     t = -settings.seed_history_days * DAY
     while t < 0:
-        profile.record(t, scenario.rate_at(t))
+        profile.record(t, scenario.rate_at(t) * scenario.demand_share)
         t += step
     return profile
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -58,9 +59,29 @@ def test_the_other_scenarios_change_one_thing() -> None:
     during = flash.flash.start_s + 60
     assert flash.rate_at(during) == pytest.approx(scenario("weekday").rate_at(during) * flash.flash.multiplier)
     assert scenario("failures").failures_per_server_hour > 0
-    assert set(SCENARIOS) == {"weekday", "monday-9am", "failures", "flash-crowd"}
+    assert set(SCENARIOS) == {"weekday", "monday-9am", "failures", "flash-crowd", "weekday-surge", "weekday-tiers"}
     with pytest.raises(ValueError, match="unknown scenario"):
         scenario("tuesday")
+
+
+def test_the_tiered_weekday_splits_today_s_people_and_surges_unforecast() -> None:
+    weekday, surge, tiers = scenario("weekday"), scenario("weekday-surge"), scenario("weekday-tiers")
+    assert weekday.class_mix == (("interactive", 1.0),) and surge.class_mix == weekday.class_mix
+    assert dict(tiers.class_mix) == {"priority": 0.10, "interactive": 0.75, "flex": 0.15}
+    assert tiers.demand_share == pytest.approx(0.85)  # what the autoscaler starts servers for
+    assert tiers.flash == surge.flash and tiers.flash is not None
+    assert (tiers.flash.start_s, tiers.flash.duration_s, tiers.flash.multiplier) == (14 * HOUR, 1800.0, 1.5)
+    assert tiers.focus_s == (14 * HOUR, 14.5 * HOUR)
+    assert tiers.batches() == weekday.batches()  # batch is today's bulk
+    assert tiers.rate_at(10 * HOUR) == weekday.rate_at(10 * HOUR)  # the people's volume is today's
+
+
+def test_a_class_mix_is_people_s_classes_summing_to_one() -> None:
+    base = scenario("weekday")
+    with pytest.raises(ValueError, match="sum to 1"):
+        replace(base, class_mix=(("priority", 0.5), ("interactive", 0.4)))
+    with pytest.raises(ValueError, match="at most once"):
+        replace(base, class_mix=(("bulk", 1.0),))
 
 
 def test_a_smaller_fleet_sees_the_day_in_proportion() -> None:
