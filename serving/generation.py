@@ -138,6 +138,7 @@ class CheckedRequest:
     request_class: RequestClass
     pool_id: str
     prompt_ids: list[int]
+    prefix_block_hashes: tuple[int, ...]  # its leading full blocks', for routing (router/block_hashes.py)
     max_tokens: int
     keep_s: int | None  # how long its result is kept for repeats (None: not kept)
 
@@ -263,31 +264,31 @@ class GenerationService:
         request_class = inp.request_class or principal.team.default_class
         if TIER_OF_CLASS[request_class] not in principal.team.tier_weights:
             raise tier_not_granted(team_id, request_class, principal.team.tier_weights, inp.tier_param)
-        self._check_target(team_id, model.model_id, request_class, prompt_ids, inp)
+        pool_id = self._pool_for(model.model_id)
+        block_size = self._config.pools[pool_id].engine.block_size
+        hashes = tuple(prompt_block_hashes(prompt_ids, block_size, team_id, DEFAULT_MAX_BLOCKS))
+        self._check_target(model.model_id, request_class, len(prompt_ids) + inp.max_tokens, hashes, inp)
         return CheckedRequest(
             model=model,
             team_id=team_id,
             public_id=public_id,
             scoped=scoped_id(team_id, public_id),
             request_class=request_class,
-            pool_id=self._pool_for(model.model_id),
+            pool_id=pool_id,
             prompt_ids=prompt_ids,
+            prefix_block_hashes=hashes,
             max_tokens=inp.max_tokens,
             keep_s=self._keep_s(inp.request_id, request_class),
         )
 
     def _check_target(
-        self, team_id: str, model_id: str, request_class: RequestClass, prompt_ids: list[int], inp: GenerationInput
+        self, model_id: str, request_class: RequestClass, tokens: int, hashes: tuple[int, ...], inp: GenerationInput
     ) -> None:
         """A first-token target no server can meet now: a flex request is refused at once
         (429); a priority one still runs, counted as a miss (`switchyard_slo_unmeetable_total`)."""
         if inp.slo_ttft_ms is None or self._predictor is None:
             return
-        pool_id = self._pool_for(model_id)
-        hashes = prompt_block_hashes(
-            prompt_ids, self._config.pools[pool_id].engine.block_size, team_id, DEFAULT_MAX_BLOCKS
-        )
-        predicted = self._predictor.predicted_ttft_s(model_id, len(prompt_ids) + inp.max_tokens, list(hashes))
+        predicted = self._predictor.predicted_ttft_s(model_id, tokens, hashes)
         if predicted is None or predicted * 1000 <= inp.slo_ttft_ms:
             return
         if self._metrics is not None:
@@ -304,11 +305,12 @@ class GenerationService:
             local.streamed = local.streamed or stream
             return local
         if claim.state is ClaimState.DONE and claim.result is not None:
-            return self._registry.attach(
-                checked.scoped, checked.public_id, checked.model.model_id, _stored(claim.result, 0)
-            )
-        replay = self._replay(checked.team_id, checked.public_id, BusMessage.ATTACH, self._attach_idle_timeout_s)
-        return self._registry.attach(checked.scoped, checked.public_id, checked.model.model_id, replay)
+            source = _stored(claim.result, 0)
+        else:
+            source = self._replay(checked.team_id, checked.public_id, BusMessage.ATTACH, self._attach_idle_timeout_s)
+        entry = self._registry.attach(checked.scoped, checked.public_id, checked.model.model_id, source)
+        entry.request_class = checked.request_class  # the same body from the same team: the same tier
+        return entry
 
     async def _admit(self, checked: CheckedRequest, resumed: dict[str, Any] | None) -> Lease:
         """A lease on the request's KV (prompt + max_tokens); a refusal (429 / 503 / 413) lets
@@ -380,7 +382,6 @@ class GenerationService:
     ) -> GenerationRequest:
         """What goes to the servers: the prompt as token ids (not tokenized twice), the team's
         cache namespace and block hashes, and the tokens a resumed reply already carries."""
-        block_size = self._config.pools[checked.pool_id].engine.block_size
         return GenerationRequest(
             request_id=checked.scoped,
             model_id=checked.model.model_id,
@@ -398,9 +399,7 @@ class GenerationService:
             cache_namespace=checked.team_id,
             prompt_token_ids=PackedTokenIds.pack(checked.prompt_ids),
             prompt_tokens=checked.prompt_tokens,
-            prefix_block_hashes=tuple(
-                prompt_block_hashes(checked.prompt_ids, block_size, checked.team_id, DEFAULT_MAX_BLOCKS)
-            ),
+            prefix_block_hashes=checked.prefix_block_hashes,
             guided_grammar=inp.guided_grammar,
             logprobs=inp.logprobs,
             prompt_logprobs=inp.prompt_logprobs,

@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -120,7 +120,9 @@ async def test_generate_takes_the_four_classes_and_the_latency_targets(
     as_team: Callable[[str], httpx.AsyncClient], backend: FakeBackend
 ) -> None:
     gamma = as_team("gamma")
-    response = await gamma.post("/v1/generate", json={**GENERATE, "class": "priority"}, headers={"x-slo-ttft-ms": "800"})
+    response = await gamma.post(
+        "/v1/generate", json={**GENERATE, "class": "priority"}, headers={"x-slo-ttft-ms": "800"}
+    )
     assert response.status_code == 200, response.text
     assert backend.requests[-1].request_class == "priority"
     assert backend.requests[-1].slo_ttft_ms == 800  # sent to the server: its deadline order
@@ -145,3 +147,45 @@ async def test_a_latency_target_out_of_range_is_a_400_naming_the_header(
     body_field = await as_team("gamma").post("/v1/generate", json={**GENERATE, "slo_ttft_ms": 0})
     assert body_field.status_code == 400
     assert backend.requests == []
+
+
+class SlowFleet(FakeBackend):
+    """A backend whose router predicts every first token `predicted_s` away."""
+
+    predicted_s = 3.0
+
+    def predicted_ttft_s(self, model_id: str, request_tokens: int, prefix_block_hashes: Sequence[int]) -> float | None:
+        return self.predicted_s
+
+
+async def test_a_flex_target_no_server_can_meet_is_refused_at_once_and_priority_runs_as_a_miss(
+    make_app: Callable[[FakeBackend], FastAPI], make_key: Callable[[str], str]
+) -> None:
+    backend = SlowFleet()
+    app = make_app(backend)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with (
+            httpx.AsyncClient(transport=transport, base_url="http://g", headers=bearer(make_key("delta"))) as delta,
+            httpx.AsyncClient(transport=transport, base_url="http://g", headers=bearer(make_key("gamma"))) as gamma,
+        ):
+            refused = await delta.post(
+                "/v1/generate", json={**GENERATE, "class": "flex"}, headers={"x-slo-ttft-ms": "500"}
+            )
+            assert refused.status_code == 429, refused.text
+            assert refused.headers["retry-after"] == "1"
+            assert refused.json()["error"]["code"] == "flex_capacity_unavailable"
+            assert "3000 ms" in refused.json()["error"]["message"]
+            met = await delta.post(
+                "/v1/generate", json={**GENERATE, "class": "flex"}, headers={"x-slo-ttft-ms": "5000"}
+            )
+            assert met.status_code == 200  # a target the fleet can meet runs
+            missed = await gamma.post(
+                "/v1/generate", json={**GENERATE, "class": "priority"}, headers={"x-slo-ttft-ms": "500"}
+            )
+            assert missed.status_code == 200  # still admitted ...
+            metrics = await gamma.get("/metrics")
+            # ... and counted as a miss, as the refused flex request was.
+            assert 'switchyard_gateway_slo_unmeetable_total{service_tier="priority"} 1.0' in metrics.text
+            assert 'switchyard_gateway_slo_unmeetable_total{service_tier="flex"} 1.0' in metrics.text
+    assert [request.request_class for request in backend.requests] == ["flex", "priority"]
