@@ -21,6 +21,7 @@ from contracts.metric_names import (
     HEARTBEAT_METRIC,
     KV_CACHE_BLOCK_METRIC,
     KV_CLASS_METRIC,
+    PREEMPTION_METRIC,
     REQUEST_METRIC,
 )
 from engine.stats import EngineStats
@@ -30,12 +31,14 @@ _LABELS = {
     REQUEST_METRIC: "request_type",
     CLASS_METRIC: "request_class",
     KV_CLASS_METRIC: "request_class",
+    PREEMPTION_METRIC: "request_class",
 }
 _DESCRIPTIONS = {
     KV_CACHE_BLOCK_METRIC: "KV cache blocks of the engine, by kind (TensorRT-LLM backend names)",
     REQUEST_METRIC: "Requests in the engine, by state (TensorRT-LLM backend names)",
     CLASS_METRIC: "Requests in the engine (admitted or waiting), by class",
     KV_CLASS_METRIC: "KV cache blocks held by admitted requests, by class (flex's and bulk's may be preempted)",
+    PREEMPTION_METRIC: "Sequences preempted (KV freed, read again later) since the engine started, by their class",
 }
 
 
@@ -52,6 +55,7 @@ def gauge_samples(stats: EngineStats) -> list[GaugeSample]:
     samples += [GaugeSample(REQUEST_METRIC, k, v) for k, v in stats.request_metrics().items()]
     samples += [GaugeSample(CLASS_METRIC, k, v) for k, v in stats.class_metrics().items()]
     samples += [GaugeSample(KV_CLASS_METRIC, k, v) for k, v in stats.class_kv_metrics().items()]
+    samples += [GaugeSample(PREEMPTION_METRIC, k, v) for k, v in stats.class_preemption_metrics().items()]
     return samples
 
 

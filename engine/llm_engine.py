@@ -330,6 +330,7 @@ class LLMEngine:
             interactive_blocks=scheduler.held_blocks(RequestClass.INTERACTIVE),
             flex_blocks=scheduler.held_blocks(RequestClass.FLEX),
             bulk_blocks=scheduler.held_blocks(RequestClass.BULK),
+            preemptions=tuple((cls.value, count) for cls, count in scheduler.preemptions.items()),
         )
 
 

@@ -131,6 +131,8 @@ class Scheduler:
         self._by_id: dict[str, Sequence] = {}
         self._aborted: list[Sequence] = []
         self.num_preemptions = 0  # cumulative, for tests and diagnostics
+        # The same by the preempted sequence's class (the engine's preemption gauge).
+        self.preemptions: dict[RequestClass, int] = dict.fromkeys(CLASS_ORDER, 0)
         # Express steps in a row that left some unfinished sequence out (see _plan_express).
         self.num_held_steps = 0
 
@@ -470,6 +472,7 @@ class Scheduler:
         self.block_manager.free(victim)
         victim.reset_for_recompute()
         self.num_preemptions += 1
+        self.preemptions[victim.request_class] += 1
         self._queue(victim)
         step.preempted_ids.append(victim.request_id)
 

@@ -36,6 +36,9 @@ class EngineStats:
     interactive_blocks: int | None = None
     flex_blocks: int | None = None
     bulk_blocks: int | None = None
+    # Sequences preempted since the engine started (their KV freed, read again later), by the
+    # preempted one's class; None from an engine that does not say (TensorRT-LLM's).
+    preemptions: tuple[tuple[str, int], ...] | None = None
 
     def kv_cache_block_metrics(self) -> dict[str, int]:
         """Values of `nv_trt_llm_kv_cache_block_metrics` by `kv_cache_block_type` label."""
@@ -77,3 +80,7 @@ class EngineStats:
             "bulk": self.bulk_blocks,
         }
         return {label: count for label, count in blocks.items() if count is not None}
+
+    def class_preemption_metrics(self) -> dict[str, int]:
+        """Values of `switchyard_engine_preemptions` by `request_class` label (none where unknown)."""
+        return dict(self.preemptions or ())

@@ -39,6 +39,7 @@ from contracts.llm_tensors import (
     REQUEST_CLASS,
     RESUME_TOKEN_IDS,
     SEED,
+    SLO_TTFT_MS,
     STOP,
     STREAM,
     TEMPERATURE,
@@ -226,6 +227,8 @@ def build_inputs(request: GenerationRequest) -> list[InferInput]:
         inputs.append(_tensor(LOGPROBS, [request.logprobs]))
     if request.prompt_logprobs is not None:
         inputs.append(_tensor(PROMPT_LOGPROBS, [request.prompt_logprobs]))
+    if request.slo_ttft_ms is not None:
+        inputs.append(_tensor(SLO_TTFT_MS, [request.slo_ttft_ms]))
     return inputs
 
 

@@ -26,6 +26,7 @@ STATS = EngineStats(
     interactive_blocks=4,
     flex_blocks=8,
     bulk_blocks=6,
+    preemptions=(("priority", 0), ("interactive", 0), ("flex", 3), ("bulk", 9)),
 )
 
 
@@ -64,7 +65,9 @@ def test_samples_cover_every_label() -> None:
     assert requests == {"priority": 2, "interactive": 1, "flex": 3, "bulk": 5}
     blocks = {label: v for (family, label), v in values.items() if family == "switchyard_engine_kv_blocks"}
     assert blocks == {"priority": 7, "interactive": 4, "flex": 8, "bulk": 6}
-    assert len(values) == 18
+    preempted = {label: v for (family, label), v in values.items() if family == "switchyard_engine_preemptions"}
+    assert preempted == {"priority": 0, "interactive": 0, "flex": 3, "bulk": 9}
+    assert len(values) == 22
 
 
 def test_triton_publisher_sets_labelled_gauges() -> None:
@@ -79,6 +82,7 @@ def test_triton_publisher_sets_labelled_gauges() -> None:
         "nv_trt_llm_request_metrics",
         "switchyard_engine_requests",
         "switchyard_engine_kv_blocks",
+        "switchyard_engine_preemptions",
         "switchyard_engine_heartbeat",
     }
     assert all(f.kind == "gauge" for f in families.values())
@@ -90,6 +94,8 @@ def test_triton_publisher_sets_labelled_gauges() -> None:
     assert by_class == {"priority": 0, "interactive": 0, "flex": 0, "bulk": 0}
     blocks = {m.labels["request_class"]: m.value for m in families["switchyard_engine_kv_blocks"].metrics}
     assert blocks == {"priority": 0, "interactive": 0, "flex": 0, "bulk": 0}
+    preempted = {m.labels["request_class"]: m.value for m in families["switchyard_engine_preemptions"].metrics}
+    assert preempted == {"priority": 0, "interactive": 0, "flex": 3, "bulk": 9}  # the second stats had none to say
 
 
 def test_an_engine_that_cannot_tell_kv_by_class_exports_no_such_gauge() -> None:

@@ -65,6 +65,7 @@ EVERY_OPTION = GenerationRequest(
     guided_grammar='start: %json {"type":"object"}',
     logprobs=5,
     prompt_logprobs=1,
+    slo_ttft_ms=800,
 )
 # What the gateway sends: the prompt as the token ids it encoded, in the text's place.
 TOKENIZED = dataclasses.replace(EVERY_OPTION, prompt_token_ids=PackedTokenIds.pack((1, 7, 8, 9)))
@@ -103,6 +104,7 @@ def test_every_field_the_gateway_sends_arrives_in_the_bls_model() -> None:
         request_class=RequestClass.BULK,
         resume_token_ids=(3, 4),
         cache_namespace="team-a",
+        slo_ttft_ms=800,
     )
 
 

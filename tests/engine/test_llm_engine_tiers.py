@@ -90,6 +90,8 @@ def test_a_priority_request_takes_a_running_flex_replys_kv_and_both_replies_stay
         step(engine, outputs, invariants)
 
     assert engine.scheduler.num_preemptions == 1  # flex gave way once; nobody else ever did
+    # ... and the engine's gauge says so, by the class that gave way.
+    assert engine.stats().class_preemption_metrics() == {"priority": 0, "interactive": 0, "flex": 1, "bulk": 0}
     for request in (flex, person, urgent):
         assert reply(outputs[request.request_id]) == alone(checkpoint, request), request.request_id
     assert engine.stats().used_blocks == 0

@@ -246,6 +246,7 @@ def test_every_public_input_reaches_the_bls_model_as_it_does_from_http() -> None
         stops=("\n", "END"),
         stream=True,  # the gateway always streams from its servers; the door's `stream` is its own reply
         request_class=RequestClass.BULK,
+        slo_ttft_ms=1500,
     )
 
 
