@@ -23,12 +23,13 @@ from bench import (
     bench_s9_team_flood,
     bench_serving_overhead,
     bench_sim_trust,
+    bench_tiers,
 )
 from bench.live import engine_config_of, start_stack
 from config.settings import EngineSpec, SwitchyardConfig, load_config
 from stack.measured_stack import measured_config, with_copies
 
-LIVE = ("s1", "s2", "s3", "overhead", "s9", "s5", "s4", "s78", "sim-trust", "grpc-door")
+LIVE = ("s1", "s2", "s3", "overhead", "s9", "s5", "s4", "s78", "sim-trust", "grpc-door", "tiers")
 
 
 def run_live(names: list[str], base: SwitchyardConfig | None = None) -> dict[str, dict[str, object]]:
@@ -116,4 +117,6 @@ def run_live(names: list[str], base: SwitchyardConfig | None = None) -> dict[str
             results["sim-trust"] = bench_sim_trust.run(stack, config, teams[bench_sim_trust.POOL])
         finally:
             stack.stop()
+    if "tiers" in names:  # a stack of its own: three teams entitled to tiers, one small server
+        results["tiers"] = bench_tiers.run_default(base)
     return results
