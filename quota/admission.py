@@ -28,10 +28,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import redis.asyncio
 from redis.exceptions import RedisError
@@ -215,8 +216,8 @@ class Admission:
         loads = dict(outcome.pool.loads)
         if (lease := outcome.lease) is not None:
             load = loads.get(team_id, TeamLoad())
-            owned, borrowed = (0, lease.tokens) if lease.borrowed else (lease.tokens, 0)
-            loads[team_id] = TeamLoad(load.owned_tokens + owned, load.borrowed_tokens + borrowed, load.waiters)
+            kind = {0: "owned_tokens", 1: "borrowed_tokens", 2: "preemptible_tokens"}[lease.kind]
+            loads[team_id] = replace(load, **{kind: getattr(load, kind) + lease.tokens})
         self._seen[pool_id] = loads
         return outcome
 
@@ -298,8 +299,10 @@ def _waits_for_room(request_class: RequestClass, decision: Decision) -> bool:
 
 
 def _flex_refusal(pool_id: str, last: ShareDecision, waited_s: float) -> AdmissionRefused:
-    """429 for flex: no idle room came within its bounded wait (OpenAI answers flex so)."""
-    retry = last.retry_after_s or 1
+    """429 for flex: no idle room came within its bounded wait (OpenAI answers flex so). Its
+    Retry-After is that wait (at least 1 s), not when the team's leases end: idle room comes and
+    goes with other tiers' requests, seconds apart."""
+    retry = max(1, math.ceil(waited_s))
     return AdmissionRefused(
         429,
         retry,

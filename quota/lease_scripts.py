@@ -8,10 +8,17 @@ holding leases leaks nothing past their TTL, with no sweeper process to run.
 Keys (prefix `sy:` by default; P below):
 
     P lease:expiry              zset  lease_id -> expires_at (renewed while the request runs)
-    P lease:info                hash  lease_id -> {"p": pool, "t": team, "n": tokens, "b": 0|1}
+    P lease:info                hash  lease_id -> {"p": pool, "t": team, "n": tokens, "b": kind}
     P team_inflight             hash  team -> tokens leased across every pool (max_inflight_tokens)
     P pool:{pool}:owned         hash  team -> tokens leased within share
     P pool:{pool}:borrowed      hash  team -> tokens leased beyond share
+    P pool:{pool}:preemptible   hash  team -> tokens leased within share by flex and bulk, which the
+                                      engine preempts for priority and interactive work
+
+A lease's kind (`b`): 0 owned (priority or interactive within share), 1 borrowed (beyond share,
+run at bulk priority), 2 preemptible (flex or bulk within share). A priority or interactive
+request counts none of its team's preemptible tokens against its share, and takes room from borrowed and
+preemptible leases alike: the engine preempts both for it.
     P pool:{pool}:ends:{team}   zset  lease_id -> expected end (Retry-After from own leases)
     P pool:{pool}:waiters       zset  waiter_id -> deadline (an interactive request queued)
     P pool:{pool}:waiter_team   hash  waiter_id -> team
@@ -37,11 +44,13 @@ local function add(key, field, delta)
   if redis.call('HINCRBY', key, field, delta) <= 0 then redis.call('HDEL', key, field) end
 end
 
-local function record_lease(id, pool, team, tokens, borrowed, expires_at, ends_at)
-  redis.call('HSET', P .. 'lease:info', id, cjson.encode({{p = pool, t = team, n = tokens, b = borrowed}}))
+local KINDS = {{[0] = 'owned', [1] = 'borrowed', [2] = 'preemptible'}}
+
+local function record_lease(id, pool, team, tokens, kind, expires_at, ends_at)
+  redis.call('HSET', P .. 'lease:info', id, cjson.encode({{p = pool, t = team, n = tokens, b = kind}}))
   redis.call('ZADD', P .. 'lease:expiry', expires_at, id)
   redis.call('ZADD', pool_key(pool, 'ends:' .. team), ends_at, id)
-  add(pool_key(pool, borrowed == 1 and 'borrowed' or 'owned'), team, tokens)
+  add(pool_key(pool, KINDS[kind]), team, tokens)
   add(P .. 'team_inflight', team, tokens)
 end
 
@@ -49,7 +58,7 @@ local function drop_lease(id)
   local raw = redis.call('HGET', P .. 'lease:info', id)
   if not raw then return false end
   local info = cjson.decode(raw)
-  add(pool_key(info.p, info.b == 1 and 'borrowed' or 'owned'), info.t, -info.n)
+  add(pool_key(info.p, KINDS[info.b]), info.t, -info.n)
   add(P .. 'team_inflight', info.t, -info.n)
   redis.call('ZREM', pool_key(info.p, 'ends:' .. info.t), id)
   redis.call('ZREM', P .. 'lease:expiry', id)
@@ -80,20 +89,22 @@ local function numbers(key)
   return out
 end
 
--- {{team: [owned, borrowed, waiters]}} and the soonest expected end of any lease in the pool.
+-- {{team: [owned, borrowed, waiters, preemptible]}} and the soonest expected end of any lease in the pool.
 local function pool_state(pool)
   local owned, borrowed, waiting = numbers(pool_key(pool, 'owned')), numbers(pool_key(pool, 'borrowed')),
     numbers(pool_key(pool, 'waiting'))
+  local preemptible = numbers(pool_key(pool, 'preemptible'))
   local loads, next_end = {{}}, nil
   local function load(team)
     if not loads[team] then
-      loads[team] = {{owned[team] or 0, borrowed[team] or 0, waiting[team] or 0}}
+      loads[team] = {{owned[team] or 0, borrowed[team] or 0, waiting[team] or 0, preemptible[team] or 0}}
       local first = redis.call('ZRANGE', pool_key(pool, 'ends:' .. team), 0, 0, 'WITHSCORES')
       if first[2] and (not next_end or tonumber(first[2]) < next_end) then next_end = tonumber(first[2]) end
     end
   end
   for team in pairs(owned) do load(team) end
   for team in pairs(borrowed) do load(team) end
+  for team in pairs(preemptible) do load(team) end
   for team in pairs(waiting) do load(team) end
   return loads, next_end
 end
@@ -122,14 +133,15 @@ for i = 16, #ARGV, 2 do
   local t, w = ARGV[i], tonumber(ARGV[i + 1])
   local l = loads[t]
   if t == team then weight = w end
-  if t == team or (l and (l[1] + l[2] > 0 or l[3] > 0)) then total = total + w end
+  if t == team or (l and (l[1] + l[2] + l[4] > 0 or l[3] > 0)) then total = total + w end
   total_all = total_all + w
 end
 local owned, leased, used, any_waiting, others_waiting = 0, 0, 0, false, false
 for t, l in pairs(loads) do
   owned = owned + l[1]
-  leased = leased + l[1] + l[2]
-  if t == team then used = l[1] + l[2] end
+  leased = leased + l[1] + l[2] + l[4]
+  -- An owner's request does not count its team's preemptible (flex, bulk) tokens: they give way.
+  if t == team then used = l[1] + l[2] + (interactive and 0 or l[4]) end
   if l[3] > 0 then
     any_waiting = true
     if t ~= team then others_waiting = true end
@@ -155,7 +167,9 @@ else d = 'refuse_team' end
 
 local ends = {{}}
 if d == 'admit' or d == 'borrow' then
-  record_lease(lease_id, pool, team, tokens, d == 'borrow' and 1 or 0, expires_at, ends_at)
+  local kind = 0
+  if d == 'borrow' then kind = 1 elseif not interactive then kind = 2 end
+  record_lease(lease_id, pool, team, tokens, kind, expires_at, ends_at)
   if waiter_id ~= '' then drop_waiter(pool, waiter_id) end
 else
   local flat = redis.call('ZRANGE', pool_key(pool, 'ends:' .. team), 0, {LEASE_ENDS_RETURNED - 1}, 'WITHSCORES')
@@ -178,7 +192,7 @@ return cjson.encode({{d = d, loads = loads, next_end = next_end, inflight = infl
 """
 )
 
-# ARGV: prefix, now, expires_at, then (lease_id, pool, team, tokens, borrowed 0|1) per lease:
+# ARGV: prefix, now, expires_at, then (lease_id, pool, team, tokens, kind 0|1|2) per lease:
 # one call renews every lease one gateway process holds. A lease reclaimed while its request
 # still ran (the gateway stalled past the TTL) is recorded again: the tokens are still held on
 # a server, so the accounting must count them. Returns the ids recorded again.

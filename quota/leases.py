@@ -41,7 +41,9 @@ logger = logging.getLogger(__name__)
 @dataclass(frozen=True, slots=True)
 class Lease:
     """KV tokens reserved for one request. `borrowed`: beyond the team's share, so the request
-    is sent at bulk priority (the first the engine preempts)."""
+    is sent at bulk priority (the first the engine preempts); `preemptible`: within it, for a
+    class the engine preempts for priority and interactive work (flex, bulk), so those count
+    none of it against their team's share."""
 
     lease_id: str
     team_id: str
@@ -49,6 +51,12 @@ class Lease:
     tokens: int
     borrowed: bool
     expires_at: float
+    preemptible: bool = False
+
+    @property
+    def kind(self) -> int:
+        """The lease scripts' word for it: 0 owned, 1 borrowed, 2 preemptible."""
+        return 1 if self.borrowed else 2 if self.preemptible else 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,7 +177,10 @@ class LeaseStore:
             decision = replace(decision, decision=applied, retry_after_s=decision.retry_after_s or 1)
         lease = None
         if applied.admitted:
-            lease = Lease(lease_id, team_id, pool_id, tokens, applied is Decision.BORROW, expires_at)
+            borrowed = applied is Decision.BORROW
+            lease = Lease(
+                lease_id, team_id, pool_id, tokens, borrowed, expires_at, preemptible=not borrowed and not interactive
+            )
         return ReserveOutcome(decision, lease, pool, usage)
 
     async def renew(self, leases: Sequence[Lease], ttl_s: float) -> None:
@@ -180,7 +191,7 @@ class LeaseStore:
         now = self._clock()
         args: list[str | int] = [self._prefix, repr(now), repr(now + ttl_s)]
         for lease in leases:
-            args += [lease.lease_id, lease.pool_id, lease.team_id, lease.tokens, "1" if lease.borrowed else "0"]
+            args += [lease.lease_id, lease.pool_id, lease.team_id, lease.tokens, str(lease.kind)]
         restored = await self._scripts.run(self._client, self._renew_many, [], args)
         if restored:  # one line per renewal, not per lease: a late renewal may restore thousands
             logger.warning(
@@ -205,14 +216,14 @@ class LeaseStore:
         return _loads(state["loads"])
 
     async def in_use(self, pool_id: str) -> dict[str, int]:
-        """Tokens leased in the pool per team (owned + borrowed), after reclaiming expired ones."""
+        """Tokens leased in the pool per team (every kind), after reclaiming expired ones."""
         return {team: load.in_use for team, load in (await self.loads(pool_id)).items() if load.in_use}
 
 
 def _loads(raw: object) -> dict[str, TeamLoad]:
     if not isinstance(raw, dict):  # cjson writes an empty table as {} or []
         return {}
-    return {team: TeamLoad(int(o), int(b), int(w)) for team, (o, b, w) in raw.items()}
+    return {team: TeamLoad(int(o), int(b), int(w), int(p)) for team, (o, b, w, p) in raw.items()}
 
 
 def _optional(limit: int | None) -> str | int:

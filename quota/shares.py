@@ -7,9 +7,9 @@ teams' shares are spread over the active ones. Only `capacity × weight / Σ wei
 configured team` (its static share) is the team's own whatever the others do, so room taken
 between the two is lent by idle teams. A request of N tokens from team T is:
 
-    T's in-use + N ≤ T's share ──┬─ N does not fit beside the owned leases
+    T's in use + N ≤ T's share ──┬─ N does not fit beside the owned leases
                                  │  (the fleet shrank) ────────────────────▶ FLEET_FULL (queue)
-                                 ├─ T's in-use + N ≤ T's static share ─────▶ ADMIT
+                                 ├─ T's in use + N ≤ T's static share ─────▶ ADMIT
                                  └─ beyond it ─────────────────────────────▶ BORROW (bulk priority)
     beyond T's share ────────────┬─ N fits in unleased room and no other team
                                  │  is waiting ────────────────────────────▶ BORROW (bulk priority)
@@ -18,6 +18,10 @@ between the two is lent by idle teams. A request of N tokens from team T is:
 Each team's owned leases stay within its static share, and static shares sum to the capacity,
 so while the capacity holds, an interactive request within its team's share always fits beside
 them: FLEET_FULL for interactive work means servers went away since the leases were taken.
+
+"T's in use" for a priority or interactive request (an owner's) leaves out its team's flex and
+bulk within share (preemptible leases): they give way to it in the engine, as anyone's do, so a
+team's background work never refuses its own people's requests.
 
 Borrowed leases are the first to go when owners return: an interactive owner is admitted
 against room held by borrowers (`capacity − owned`), because borrowed work runs at bulk
@@ -59,13 +63,14 @@ class Decision(enum.Enum):
 class TeamLoad:
     """One team's leases and waiters in one pool."""
 
-    owned_tokens: int = 0  # admitted within share
+    owned_tokens: int = 0  # priority and interactive admitted within share
     borrowed_tokens: int = 0  # admitted beyond share, preemptible
     waiters: int = 0  # interactive requests queued for room (any gateway process)
+    preemptible_tokens: int = 0  # flex and bulk admitted within share: the engine preempts them for owners
 
     @property
     def in_use(self) -> int:
-        return self.owned_tokens + self.borrowed_tokens
+        return self.owned_tokens + self.borrowed_tokens + self.preemptible_tokens
 
     @property
     def wants_capacity(self) -> bool:
@@ -192,14 +197,17 @@ class SharePolicy:
         waiting = pool.waiting_teams()
         if not request.interactive and waiting:
             return answer(Decision.FLEET_FULL, fallback_at)  # interactive waiters go first
-        if (load.in_use + tokens) * total <= pool.capacity_tokens * weight:
+        # An owner's request (priority, interactive) does not count its team's flex and bulk
+        # within share: the engine preempts them for it, as anyone's.
+        used = load.in_use - load.preemptible_tokens if request.interactive else load.in_use
+        if (used + tokens) * total <= pool.capacity_tokens * weight:
             room = pool.capacity_tokens - (owned if request.interactive else leased)
             if tokens > room:
                 return answer(Decision.FLEET_FULL, fallback_at)
             # Beyond the share guaranteed over every configured team, the room belongs to idle
             # teams: borrowed, so a team that comes back takes it first (the engine preempts
             # borrowed work, which runs at bulk priority).
-            if (load.in_use + tokens) * self.total_weight <= pool.capacity_tokens * weight:
+            if (used + tokens) * self.total_weight <= pool.capacity_tokens * weight:
                 return answer(Decision.ADMIT)
             # Borrowed work runs at bulk priority, which the engine never preempts for bulk:
             # it may only take room no lease holds.
@@ -210,7 +218,7 @@ class SharePolicy:
             return answer(Decision.BORROW)
         # Beyond the share: retry when enough of the team's own leases have ended for this
         # request to fit its share as it stands now.
-        excess_tokens = load.in_use + tokens - share
+        excess_tokens = used + tokens - share
         return answer(Decision.REFUSE_TEAM, _when_freed(usage.lease_ends, excess_tokens, fallback_at))
 
 

@@ -114,3 +114,25 @@ async def test_flex_at_a_zero_wait_is_refused_at_once(client: aioredis.Redis) ->
         await admission.admit("b", "small", 100, "flex")
     assert time.monotonic() - started < 1.0
     assert refused.value.status == 429 and refused.value.code == FLEX_CAPACITY_UNAVAILABLE
+
+
+async def test_a_teams_own_flex_and_bulk_never_refuse_its_priority_and_interactive_requests(
+    client: aioredis.Redis,
+) -> None:
+    """The engine preempts flex and bulk for people: a team whose background work fills its
+    share is still admitted for its people's requests (it was a 429 `refuse_team`)."""
+    capacity = StaticCapacity({"small": 8_000})
+    admission = tiered_admission(client, capacity)
+    await admission.admit("c", "small", 100, "interactive")  # another team wants room: shares apply
+    background = [await admission.admit("a", "small", 400, "flex") for _ in range(2)]
+    background.append(await admission.admit("a", "small", 200, "bulk"))
+    assert all(lease.preemptible and not lease.borrowed for lease in background)
+    # a's static share is 8,000 x 1/8 = 1,000: its flex and bulk fill it. People's requests
+    # still get in, owned, as if the background work were not there.
+    for request_class in ("priority", "interactive"):
+        lease = await admission.admit("a", "small", 500, request_class)  # type: ignore[arg-type]
+        assert not lease.borrowed and not lease.preemptible
+    # Its flex counts all of it: beyond its share, more flex only borrows idle room.
+    assert (await admission.admit("a", "small", 400, "flex")).borrowed
+    loads = (await admission.refresh_snapshot())["small"].leases
+    assert (loads["a"].owned_tokens, loads["a"].preemptible_tokens, loads["a"].borrowed_tokens) == (1_000, 1_000, 400)

@@ -195,6 +195,9 @@ async def test_tokens_per_day_counts_metered_usage_and_leases_in_flight(client: 
     assert refused.usage.tokens_today == 4900
 
 
+KIND = {"owned_tokens": 0, "borrowed_tokens": 1, "preemptible_tokens": 2}  # Lease.kind
+
+
 async def test_script_agrees_with_share_policy_on_random_states(client: aioredis.Redis) -> None:
     """Random reserves, releases, expiries and waiters: each decision the script applied is the
     one SharePolicy takes on the state the script saw, and that state is what was leased."""
@@ -220,10 +223,13 @@ async def test_script_agrees_with_share_policy_on_random_states(client: aioredis
             team, "small", tokens, rng.uniform(1, 20), capacity_tokens=capacity, interactive=interactive, waiter=mark
         )
         held = {lid: lease for lid, lease in held.items() if lease.expires_at > clock.now}
-        owned = {t: sum(x.tokens for x in held.values() if x.team_id == t and not x.borrowed) for t in "abc"}
-        assert {t: load.owned_tokens for t, load in outcome.pool.loads.items() if load.owned_tokens} == {
-            t: n for t, n in owned.items() if n
-        }
+        for kind in ("owned_tokens", "borrowed_tokens", "preemptible_tokens"):
+            by_team = {
+                t: sum(x.tokens for x in held.values() if x.team_id == t and x.kind == KIND[kind]) for t in "abc"
+            }
+            assert {t: getattr(load, kind) for t, load in outcome.pool.loads.items() if getattr(load, kind)} == {
+                t: n for t, n in by_team.items() if n
+            }, kind
         expected = policy.decide(ShareRequest(team, tokens, interactive), outcome.pool, outcome.usage, clock.now)
         assert outcome.decision == expected
         seen.add(expected.decision)
@@ -233,8 +239,12 @@ async def test_script_agrees_with_share_policy_on_random_states(client: aioredis
             seen.add("borrow within share")  # beyond the static share only
         if outcome.lease is not None:
             held[outcome.lease.lease_id] = outcome.lease
+        if outcome.lease is not None and outcome.lease.preemptible:
+            seen.add("preemptible")
+        if interactive and expected.decision.admitted and outcome.pool.loads.get(team, TeamLoad()).preemptible_tokens:
+            seen.add("owner beside its team's preemptible work")
     decisions = {Decision.ADMIT, Decision.BORROW, Decision.REFUSE_TEAM, Decision.REFUSE_LIMIT, Decision.FLEET_FULL}
-    assert seen == decisions | {"borrow within share"}
+    assert seen == decisions | {"borrow within share", "preemptible", "owner beside its team's preemptible work"}
 
 
 async def test_script_and_policy_sum_the_weights_in_the_same_order(
