@@ -2,8 +2,9 @@
 `autoscaler/signals.py` (the simulator builds the same records from its own state).
 
     registry (Redis)         ─▶ ready / starting / draining servers per pool
-    each server's /metrics   ─▶ KV in use and requests waiting (ready servers), requests in
-                                the engines per class (ready and draining)
+    each server's /metrics   ─▶ KV in use less flex's and requests waiting (ready servers),
+                                requests in the engines per class (ready and draining)
+                                (`engine_classes.py`)
     usage buckets (Redis)    ─▶ requests ended per class since the last read (every gateway)
     gateway /metrics         ─▶ the demand classes' time to first token p99 since the last read
                                 (`TtftWindow`)
@@ -30,15 +31,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import httpx
-from prometheus_client.parser import text_string_to_metric_families
 
 from autoscaler.bulk_backlog import BulkBacklog
+from autoscaler.engine_classes import EngineClasses, parse_engine_classes
 from autoscaler.signals import BulkDemand, PoolSignals
 from autoscaler.ttft_window import TtftWindow
 from autoscaler.usage_rates import EndedCounts, EndedRequests
 from config.settings import SwitchyardConfig
 from contracts.engine_metrics import EngineHealth, parse_engine_health
-from contracts.metric_names import CLASS_METRIC
 from contracts.service_tier import INTERACTIVE_SHAPED, REQUEST_CLASSES, RequestClass
 from fleet_state.registry import ServerInfo, ServerRegistry
 from fleet_state.server_state import ServerState
@@ -50,30 +50,14 @@ RATE_CLASSES: tuple[RequestClass, ...] = tuple(c for c in REQUEST_CLASSES if c i
 
 @dataclass(frozen=True, slots=True)
 class ServerScrape:
-    """One server's engine gauges, and the requests its engines hold per class."""
+    """One server's engine gauges, and what its engines hold per class."""
 
     health: EngineHealth
-    requests: dict[RequestClass, int]
+    classes: EngineClasses
 
 
 def parse_server_scrape(metrics_text: str) -> ServerScrape:
-    return ServerScrape(parse_engine_health(metrics_text), engine_requests_by_class(metrics_text))
-
-
-def engine_requests_by_class(metrics_text: str) -> dict[RequestClass, int]:
-    """Requests in the engines (admitted or waiting) per class, from `switchyard_engine_requests`
-    (a class the server does not export: absent). Only that family's lines are parsed."""
-    classes: dict[str, RequestClass] = {c: c for c in REQUEST_CLASSES}
-    lines = "\n".join(
-        line for line in metrics_text.splitlines() if line.startswith((f"{CLASS_METRIC}{{", f"{CLASS_METRIC} "))
-    )
-    counts: dict[RequestClass, int] = {}
-    for family in text_string_to_metric_families(lines + "\n"):
-        for sample in family.samples:
-            request_class = classes.get(sample.labels.get("request_class", ""))
-            if sample.name == CLASS_METRIC and request_class is not None:
-                counts[request_class] = counts.get(request_class, 0) + int(sample.value)
-    return counts
+    return ServerScrape(parse_engine_health(metrics_text), parse_engine_classes(metrics_text))
 
 
 class LiveSignals:
@@ -131,12 +115,13 @@ class LiveSignals:
         bulk: dict[str, tuple[BulkDemand, ...]],
     ) -> PoolSignals:
         states = [s.state for s in mine]  # dead servers are nobody's capacity: not counted
-        ready = [by_server.get(s.server_id) for s in mine if s.state is ServerState.READY]
-        healths = [r.health for r in ready if r is not None]
+        ready = [scrape for s in mine if s.state is ServerState.READY and (scrape := by_server.get(s.server_id))]
+        healths = [r.health for r in ready]
         capacity = sum(h.capacity_tokens for h in healths)
-        used = sum(h.capacity_tokens - h.free_tokens for h in healths)
+        # Flex fills what runs: its KV asks for no server.
+        used = sum(r.health.capacity_tokens - r.health.free_tokens - r.classes.flex_kv_tokens for r in ready)
         scrapes = [scrape for s in mine if (scrape := by_server.get(s.server_id)) is not None]
-        in_engines = {c: sum(scrape.requests.get(c, 0) for scrape in scrapes) for c in RATE_CLASSES}
+        in_engines = {c: sum(scrape.classes.requests.get(c, 0) for scrape in scrapes) for c in RATE_CLASSES}
         model_id = self._config.pools[pool_id].model_id
         rates = dict.fromkeys(RATE_CLASSES, 0.0)
         before = self._in_engines.get(pool_id, in_engines)

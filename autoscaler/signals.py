@@ -54,7 +54,7 @@ class PoolSignals:
     starting: int  # launched, not ready yet
     draining: int  # finishing their replies; not counted as capacity
     arrival_rates: Mapping[RequestClass, float]  # requests per second arriving, per class (recent window)
-    kv_used_fraction: float  # KV in use across ready servers (0..1)
+    kv_used_fraction: float  # KV in use across ready servers, flex's left out (it fills what runs) (0..1)
     waiting_requests: int  # queued for room (at the gateway or in the engines), not yet admitted
     ttft_p99_s: float | None  # recent time to first token of the demand classes, p99 (None: no sample)
     bulk: tuple[BulkDemand, ...] = ()  # the pool's batches with work left

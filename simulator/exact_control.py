@@ -84,7 +84,7 @@ def signals(world: ExactFleet, now: float) -> PoolSignals:
     for _, request_class in world.arrivals:
         rates[request_class] += 1.0 / settings.rate_window_s
     ready = world.in_state(ServerState.READY)
-    used = sum(s.kv_used_tokens for s in ready)
+    used = sum(s.kv_used_tokens - s.flex_kv_tokens for s in ready)  # flex fills what runs
     capacity = sum(s.kv_capacity_tokens for s in ready)
     # The demand classes' waiting, at the gateway and in the engines: flex waits by design.
     waiting = world.demand_waiting() + sum(s.num_waiting_demand for s in ready)

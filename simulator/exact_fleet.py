@@ -169,8 +169,8 @@ class ExactFleet:
         """Send an admitted request to the server the router picks (or hold it until one is ready)."""
         ready = self.in_state(ServerState.READY)
         loads = [s.load(s.sent_tokens, s.sent_requests) for s in ready]
-        # What the engine runs as people's work may take bulk's room.
-        choice = self.routing.choose(loads, request.lease_tokens, {}, exclude, displace_bulk=not request.runs_as_bulk)
+        # What outranks bulk (people's work, flex) may take the room of the engine's bulk class.
+        choice = self.routing.choose(loads, request.lease_tokens, {}, exclude, displace_bulk=not request.is_bulk)
         if choice is None:
             self.homeless.append(request)
             return []
@@ -218,8 +218,11 @@ class ExactFleet:
         result = server.end_step(now, self.on_token)
         if result.preempted:
             self.recorder.count("preempted", result.preempted)
-        if result.withdrawn:
-            self.recorder.count("flex_preempted", result.withdrawn)
+        withdrawn = result.withdrawn
+        if withdrawn.flex:
+            self.recorder.count("flex_preempted", withdrawn.flex)
+        if withdrawn.bulk or withdrawn.borrowed:
+            self.recorder.count("preempted", withdrawn.bulk + withdrawn.borrowed)
         for request in result.finished:
             self.finished(request, now)
         for request in result.aborted:
@@ -334,6 +337,6 @@ class ExactFleet:
             leased_tokens=self.leases.leased_tokens,
             bulk_inflight_tokens=self.feed.inflight_tokens,
             bulk_inflight_requests=self.feed.inflight_requests,
-            interactive_waiting=self.num_waiting(),
+            interactive_waiting=self.demand_waiting(),  # flex takes freed room as leases end
             interactive_running=sum(s.scheduler.num_unfinished(EngineClass.INTERACTIVE) for s in ready),
         )

@@ -129,6 +129,10 @@ class FluidFleet:
         leased = self.leased_tokens(self.interactive) + bulk
         return min(float(self.capacity_tokens()), leased * self.held_per_leased())
 
+    def flex_kv_tokens(self) -> float:
+        """KV flex's requests hold (see `held_per_leased`)."""
+        return sum(f.tokens for (c, _, _), f in self.interactive.items() if c == FLEX) * self.held_per_leased()
+
     def interactive_kv_tokens(self) -> float:
         """KV the demand classes' requests hold (see `held_per_leased`): what people need
         servers for (flex fills what runs)."""
@@ -270,7 +274,7 @@ class FluidFleet:
             leased_tokens=self.leases.leased_tokens,
             bulk_inflight_tokens=self.feed.inflight_tokens,
             bulk_inflight_requests=self.feed.inflight_requests,
-            interactive_waiting=self.num_waiters(),
+            interactive_waiting=self.gateway.num_waiters(demand_only=True),
             interactive_running=round(interactive),
         )
         releases = self.feed.release(load, now, lambda _batch, n: round(n * self.bulk_lease_mean))

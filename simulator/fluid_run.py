@@ -58,7 +58,8 @@ def fluid_signals(fleet: FluidFleet, now: float) -> PoolSignals:
         starting=fleet.servers.starting,
         draining=fleet.servers.draining,
         arrival_rates={c: n / settings.rate_window_s for c, n in rates.items()},
-        kv_used_fraction=fleet.kv_used_tokens() / capacity if capacity else 0.0,
+        # Flex fills what runs: its KV asks for no server.
+        kv_used_fraction=max(0.0, fleet.kv_used_tokens() - fleet.flex_kv_tokens()) / capacity if capacity else 0.0,
         waiting_requests=fleet.gateway.num_waiters(demand_only=True),
         ttft_p99_s=ttft,
         # no-backfill runs no bulk beside people: its servers follow people only.

@@ -42,12 +42,6 @@ class SimRequest:
     bulk_lease_fraction: float = 1.0  # of prompt + max_tokens a bulk request leases
 
     @property
-    def runs_as_bulk(self) -> bool:
-        """Whether the engine runs it in its bulk class (preempted first, never preempting
-        people): bulk, and people's requests admitted on borrowed room."""
-        return self.request_class == BULK or self.borrowed
-
-    @property
     def is_bulk(self) -> bool:
         return self.request_class == BULK
 

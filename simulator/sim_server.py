@@ -23,8 +23,8 @@ from engine.sequence import Sequence
 from fleet_state.server_state import ServerState
 from router.routing_policy import ServerLoad
 from simulator.cost_model import StepCostModel
-from simulator.sim_request import INTERACTIVE, PRIORITY, SimRequest
-from simulator.tier_gate import TierGate
+from simulator.sim_request import SimRequest
+from simulator.tier_gate import TierGate, Withdrawn, runs_in_bulk_class
 
 # Called for every token a reply gets: (request, now, gap since its previous token or None).
 TokenSink = Callable[[SimRequest, float, float | None], None]
@@ -35,7 +35,7 @@ class StepResult:
     finished: list[SimRequest] = field(default_factory=list)
     aborted: list[SimRequest] = field(default_factory=list)
     preempted: int = 0  # sequences the step's plan preempted (recompute: they read again)
-    withdrawn: int = 0  # flex requests whose KV a higher tier took before the step (they read again)
+    withdrawn: Withdrawn = field(default_factory=Withdrawn)  # KV the tier gate took before the step
 
 
 class SimServer:
@@ -56,7 +56,7 @@ class SimServer:
         self._plan: SchedulerOutput | None = None
         self._step_s = 0.0
         self._arrivals = 0
-        self._withdrawn = 0  # by the gate before the planned step
+        self._withdrawn = Withdrawn()  # by the gate before the planned step
         self.kv_token_s = 0.0  # KV tokens held × seconds: the busy measure
         # Sent by the gateway since this server's last step began (the router's in-flight
         # accounting: requests the engine has not planned yet hold no blocks).
@@ -80,7 +80,7 @@ class SimServer:
 
     def _enqueue(self, request: SimRequest) -> None:
         """Into the engine, resuming from the tokens already delivered (a retry, a withdrawal)."""
-        run_class = RequestClass.BULK if request.runs_as_bulk else RequestClass.INTERACTIVE
+        run_class = RequestClass.BULK if runs_in_bulk_class(request) else RequestClass.INTERACTIVE
         engine_request = EngineRequest(
             request_id=request.request_id,
             prompt_token_ids=(0,) * request.prompt_tokens,
@@ -140,12 +140,12 @@ class SimServer:
             if len(seq.all_token_ids) >= seq.max_total_tokens:
                 scheduler.finish_sequence(seq, FinishReason.LENGTH)
                 del self.requests[seq.request_id]
-                self.gate.finished(seq.request_id, request.request_class)
+                self.gate.finished(request)
                 request.finished_s = now
                 result.finished.append(request)
         for seq in plan.aborted:
             request = self.requests.pop(seq.request_id)
-            self.gate.finished(seq.request_id, request.request_class)
+            self.gate.finished(request)
             result.aborted.append(request)
         return result
 
@@ -179,9 +179,18 @@ class SimServer:
 
     @property
     def num_waiting_demand(self) -> int:
-        """Priority and interactive requests on the server not admitted yet (or preempted): the
-        waiting the autoscaler counts (flex waits for room by design)."""
-        return self.gate.waiting(PRIORITY) + self.gate.waiting(INTERACTIVE)
+        """Priority and interactive requests on the server not admitted yet (or preempted),
+        borrowed ones included: the waiting the autoscaler counts (flex waits by design)."""
+        gate = self.gate
+        return gate.waiting("priority") + gate.waiting("interactive") + gate.waiting("borrowed")
+
+    @property
+    def flex_kv_tokens(self) -> int:
+        """KV tokens flex's admitted requests hold (it fills what runs: no server is started
+        for it)."""
+        get = self.scheduler.get
+        blocks = sum(len(seq.block_table) for r in self.gate.queued["flex"].values() if (seq := get(r.request_id)))
+        return blocks * self.config.block_size
 
     @property
     def is_empty(self) -> bool:

@@ -33,7 +33,9 @@ def config() -> SwitchyardConfig:
     )
 
 
-def server_metrics(max_blocks: int, free_blocks: int, waiting: int, interactive: int, flex: int = 0) -> str:
+def server_metrics(
+    max_blocks: int, free_blocks: int, waiting: int, interactive: int, flex: int = 0, flex_blocks: int = 0
+) -> str:
     labels = 'model="cpu_engine",version="1"'
     return "\n".join(
         [
@@ -44,6 +46,7 @@ def server_metrics(max_blocks: int, free_blocks: int, waiting: int, interactive:
             f'nv_trt_llm_request_metrics{{request_type="waiting",{labels}}} {waiting}',
             f'switchyard_engine_requests{{request_class="interactive",{labels}}} {interactive}',
             f'switchyard_engine_requests{{request_class="flex",{labels}}} {flex}',
+            f'switchyard_engine_kv_blocks{{request_class="flex",{labels}}} {flex_blocks}',
             "",
         ]
     )
@@ -90,7 +93,7 @@ async def test_signals_come_from_the_registry_metrics_usage_and_batches(redis_ur
         await registry.register(server)
     pages = Pages()
     pages.pages = {
-        "http://127.0.0.1:9002/metrics": server_metrics(100, 50, waiting=2, interactive=3),
+        "http://127.0.0.1:9002/metrics": server_metrics(100, 50, waiting=2, interactive=3, flex_blocks=10),
         "http://127.0.0.1:9012/metrics": server_metrics(100, 100, waiting=1, interactive=0),
         "http://127.0.0.1:9032/metrics": server_metrics(100, 90, waiting=0, interactive=1),
         "http://gw/metrics": gateway_metrics({0.1: 10, 1.0: 10, float("inf"): 10}),
@@ -108,7 +111,7 @@ async def test_signals_come_from_the_registry_metrics_usage_and_batches(redis_ur
         )  # fmt: skip
         first = (await signals.read(NOW))["a"]
         assert (first.ready, first.starting, first.draining) == (2, 1, 1)
-        assert first.kv_used_fraction == 0.25  # (50 + 0) of 200 blocks on the ready servers
+        assert first.kv_used_fraction == 0.2  # (50 - 10 of flex's + 0) of 200 blocks on the ready servers
         assert first.waiting_requests == 3
         assert first.arrival_rates == {"priority": 0.0, "interactive": 0.0, "flex": 0.0}  # nothing to difference yet
         assert first.ttft_p99_s is None

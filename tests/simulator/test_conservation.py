@@ -22,8 +22,8 @@ from simulator.variants import make_policy
 @pytest.mark.parametrize("tiers", [False, True], ids=["one-class", "tiers"])
 def test_the_exact_mode_loses_no_request_even_when_servers_die(tiers: bool) -> None:
     day = replace(scenario("failures", gpus=8, hours=0.1), failures_per_server_hour=20.0)
-    if tiers:
-        day = replace(day, class_mix=TIER_MIX, peak_rate=1500.0)
+    if tiers:  # people beyond what 4 GPUs hold: flex waits, is refused and gives up its KV
+        day = replace(day, gpus=4, class_mix=TIER_MIX, peak_rate=1500.0, knots=((0.0, 1.0), (24.0, 1.0)))
     settings = SimSettings()
     policy, variant = make_policy("autoscaler", day, settings, scenario_capacity(day, settings))
     world, queue = start_exact(day, settings, policy, variant, seed=4)
@@ -48,6 +48,7 @@ def test_the_exact_mode_loses_no_request_even_when_servers_die(tiers: bool) -> N
         assert accounted == counters[f"{request_class}_arrived"], request_class
     if tiers:
         assert min(counters[f"{c}_arrived"] for c in SHAPED_CLASSES) > 0
+        assert counters["flex_refused"] > 0 and counters["flex_preempted"] > 0
 
 
 def test_the_fast_mode_finishes_what_it_releases() -> None:

@@ -13,6 +13,7 @@ from engine.config import EngineConfig
 from simulator.cost_model import LinearCost
 from simulator.sim_request import BULK, FLEX, INTERACTIVE, PRIORITY, SimRequest
 from simulator.sim_server import SimServer, StepResult
+from simulator.tier_gate import Withdrawn
 
 CONFIG = EngineConfig(
     kv_capacity_tokens=128,
@@ -104,13 +105,13 @@ def test_a_higher_tier_takes_flex_s_kv_newest_first_and_flex_resumes_token_for_t
     assert f1.tokens_done == f2.tokens_done == 1
     clock.server.add(i)  # 3 blocks needed, 2 free, no bulk: the newest flex gives up its 3
     clock.step()
-    assert clock.results[-1].withdrawn == 1
+    assert clock.results[-1].withdrawn.flex == 1
     assert i.first_token_s == clock.now  # admitted and read in that very step
     assert f1.tokens_done == 2 and f2.tokens_done == 1  # f2 holds no blocks now
     clock.run()
     assert f2.tokens_done == 4 and f2.finished_s is not None
     assert i.finished_s is not None and i.finished_s < f2.finished_s
-    assert sum(r.withdrawn for r in clock.results) == 1
+    assert sum(r.withdrawn.flex for r in clock.results) == 1
     assert clock.server.scheduler.block_manager.num_free_blocks == 8
 
 
@@ -120,12 +121,46 @@ def test_flex_outranks_bulk() -> None:
     clock.server.add(b1)
     clock.server.add(b2)
     clock.step()
-    clock.server.add(f)  # the engine preempts bulk for it, as for interactive
+    clock.server.add(f)  # the gate frees the newest bulk's blocks for it
     clock.step()
+    assert clock.results[-1].withdrawn.bulk == 1
     assert f.first_token_s == clock.now
     clock.run()
     assert f.finished_s is not None and b2.finished_s is not None and f.finished_s < b2.finished_s
-    assert clock.server.scheduler.num_preemptions >= 1
+    assert b2.tokens_done == 4
+
+
+def test_a_higher_tier_on_borrowed_room_stays_above_flex() -> None:
+    clock = Clock()
+    p = request("p", PRIORITY)
+    p.borrowed = True  # beyond its team's share: the engine's bulk class
+    b, f = request("b", BULK, 8), request("f", FLEX)
+    clock.server.add(p)
+    clock.server.add(b)
+    clock.step()
+    clock.server.add(f)  # 2 blocks free: flex may take bulk's, never the borrowed priority's
+    clock.run()
+    assert p.tokens_done == 4 and p.finished_s is not None
+    p_seq_preempted = clock.server.scheduler.num_preemptions
+    assert p_seq_preempted == 0
+    assert sum(r.withdrawn.bulk for r in clock.results) == 1  # b, not p
+    assert f.first_token_s is not None and f.first_token_s < (b.finished_s or 0.0)
+
+
+def test_flex_waits_behind_a_higher_tier_on_borrowed_room_and_gives_it_its_kv() -> None:
+    clock = Clock()
+    f1, f2 = request("f1", FLEX, 8), request("f2", FLEX)
+    clock.server.add(f1)
+    clock.server.add(f2)
+    clock.step()
+    p = request("p", PRIORITY)
+    p.borrowed = True
+    clock.server.add(p)  # 3 blocks needed, 2 free: the newest flex gives up its 3
+    clock.step()
+    assert clock.results[-1].withdrawn.flex == 1
+    assert p.first_token_s == clock.now
+    clock.run()
+    assert [r.tokens_done for r in (f1, f2, p)] == [8, 4, 4]
 
 
 def test_priority_never_takes_interactive_s_kv() -> None:
@@ -137,6 +172,30 @@ def test_priority_never_takes_interactive_s_kv() -> None:
     clock.server.add(p)  # no flex and no bulk to take from: it waits
     clock.run()
     assert clock.server.scheduler.num_preemptions == 0
-    assert sum(r.withdrawn for r in clock.results) == 0
+    assert sum(r.withdrawn.flex + r.withdrawn.bulk for r in clock.results) == 0
     (i1_end, p_first) = (i1.finished_s, p.first_token_s)
     assert i1_end is not None and p_first is not None and p_first > i1_end
+
+
+def test_owners_take_flex_s_room_first_then_borrowed_work_s() -> None:
+    clock = Clock()
+    borrowed, f = request("b", INTERACTIVE, 8), request("f", FLEX, 8)
+    borrowed.borrowed = True  # the default tier beyond its team's share: ranks above flex
+    clock.server.add(borrowed)
+    clock.server.add(f)  # held while the borrowed request waits above it
+    clock.step()
+    assert f.first_token_s is None
+    clock.step()  # handed over, then admitted
+    assert f.first_token_s == clock.now
+    owner = request("o", INTERACTIVE)
+    clock.server.add(owner)
+    clock.step()
+    assert clock.results[-1].withdrawn == Withdrawn(flex=1)
+    second = request("o2", PRIORITY)
+    clock.server.add(second)  # flex is out already: the borrowed room goes back to its owners
+    clock.step()
+    assert clock.results[-1].withdrawn == Withdrawn(borrowed=1)
+    assert owner.first_token_s is not None and second.first_token_s == clock.now
+    clock.run()
+    assert [r.tokens_done for r in (borrowed, f, owner, second)] == [8, 8, 4, 4]
+    assert borrowed.finished_s is not None and f.finished_s is not None and borrowed.finished_s < f.finished_s
