@@ -12,11 +12,12 @@ Keys (prefix `sy:` by default; P below):
     P team_inflight             hash  team -> tokens leased across every pool (max_inflight_tokens)
     P pool:{pool}:owned         hash  team -> tokens leased within share
     P pool:{pool}:borrowed      hash  team -> tokens leased beyond share
-    P pool:{pool}:preemptible   hash  team -> tokens leased within share by flex and bulk, which the
-                                      engine preempts for priority and interactive work
+    P pool:{pool}:preemptible   hash  team -> tokens leased by flex and bulk, which the engine
+                                      preempts for priority and interactive work
 
-A lease's kind (`b`): 0 owned (priority or interactive within share), 1 borrowed (beyond share,
-run at bulk priority), 2 preemptible (flex or bulk within share). A priority or interactive
+A lease's kind (`b`): 0 owned (priority or interactive within share), 1 borrowed (priority or
+interactive beyond share, run at bulk priority), 2 preemptible (flex or bulk, within share or
+borrowing beyond it). A priority or interactive
 request counts none of its team's preemptible tokens against its share, and takes room from borrowed and
 preemptible leases alike: the engine preempts both for it.
     P pool:{pool}:ends:{team}   zset  lease_id -> expected end (Retry-After from own leases)
@@ -168,7 +169,7 @@ else d = 'refuse_team' end
 local ends = {{}}
 if d == 'admit' or d == 'borrow' then
   local kind = 0
-  if d == 'borrow' then kind = 1 elseif not interactive then kind = 2 end
+  if not interactive then kind = 2 elseif d == 'borrow' then kind = 1 end
   record_lease(lease_id, pool, team, tokens, kind, expires_at, ends_at)
   if waiter_id ~= '' then drop_waiter(pool, waiter_id) end
 else

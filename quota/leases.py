@@ -41,9 +41,9 @@ logger = logging.getLogger(__name__)
 @dataclass(frozen=True, slots=True)
 class Lease:
     """KV tokens reserved for one request. `borrowed`: beyond the team's share, so the request
-    is sent at bulk priority (the first the engine preempts); `preemptible`: within it, for a
-    class the engine preempts for priority and interactive work (flex, bulk), so those count
-    none of it against their team's share."""
+    is sent at bulk priority (the first the engine preempts); `preemptible`: for a class the
+    engine preempts for priority and interactive work (flex, bulk), so those count none of it
+    against their team's share."""
 
     lease_id: str
     team_id: str
@@ -56,7 +56,7 @@ class Lease:
     @property
     def kind(self) -> int:
         """The lease scripts' word for it: 0 owned, 1 borrowed, 2 preemptible."""
-        return 1 if self.borrowed else 2 if self.preemptible else 0
+        return 2 if self.preemptible else 1 if self.borrowed else 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,9 +178,7 @@ class LeaseStore:
         lease = None
         if applied.admitted:
             borrowed = applied is Decision.BORROW
-            lease = Lease(
-                lease_id, team_id, pool_id, tokens, borrowed, expires_at, preemptible=not borrowed and not interactive
-            )
+            lease = Lease(lease_id, team_id, pool_id, tokens, borrowed, expires_at, preemptible=not interactive)
         return ReserveOutcome(decision, lease, pool, usage)
 
     async def renew(self, leases: Sequence[Lease], ttl_s: float) -> None:

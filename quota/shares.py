@@ -20,7 +20,7 @@ so while the capacity holds, an interactive request within its team's share alwa
 them: FLEET_FULL for interactive work means servers went away since the leases were taken.
 
 "T's in use" for a priority or interactive request (an owner's) leaves out its team's flex and
-bulk within share (preemptible leases): they give way to it in the engine, as anyone's do, so a
+bulk (preemptible leases): they give way to it in the engine, as anyone's do, so a
 team's background work never refuses its own people's requests.
 
 Borrowed leases are the first to go when owners return: an interactive owner is admitted
@@ -64,9 +64,9 @@ class TeamLoad:
     """One team's leases and waiters in one pool."""
 
     owned_tokens: int = 0  # priority and interactive admitted within share
-    borrowed_tokens: int = 0  # admitted beyond share, preemptible
+    borrowed_tokens: int = 0  # priority and interactive admitted beyond share, preemptible
     waiters: int = 0  # interactive requests queued for room (any gateway process)
-    preemptible_tokens: int = 0  # flex and bulk admitted within share: the engine preempts them for owners
+    preemptible_tokens: int = 0  # flex and bulk (within share or beyond): the engine preempts them for owners
 
     @property
     def in_use(self) -> int:
@@ -197,8 +197,8 @@ class SharePolicy:
         waiting = pool.waiting_teams()
         if not request.interactive and waiting:
             return answer(Decision.FLEET_FULL, fallback_at)  # interactive waiters go first
-        # An owner's request (priority, interactive) does not count its team's flex and bulk
-        # within share: the engine preempts them for it, as anyone's.
+        # An owner's request (priority, interactive) does not count its team's flex and bulk:
+        # the engine preempts them for it, as anyone's.
         used = load.in_use - load.preemptible_tokens if request.interactive else load.in_use
         if (used + tokens) * total <= pool.capacity_tokens * weight:
             room = pool.capacity_tokens - (owned if request.interactive else leased)
@@ -246,11 +246,11 @@ def _reason(
     """The sentence an error body carries: what the numbers were and what the caller can do.
     `alone`: no other team wants capacity in the pool (the share is all of it)."""
     team, tokens, capacity = request.team_id, request.tokens, pool.capacity_tokens
+    # What counts against the share: an owner's request leaves its team's flex and bulk out.
+    held = load.in_use - load.preemptible_tokens if request.interactive else load.in_use
     retry = f"retry after {retry_after_s} s" if retry_after_s is not None else ""
     if decision is Decision.ADMIT:
-        return (
-            f"team {team!r} is within its share of pool {pool.pool_id!r} ({load.in_use + tokens} of {share:.0f} tokens)"
-        )
+        return f"team {team!r} is within its share of pool {pool.pool_id!r} ({held + tokens} of {share:.0f} tokens)"
     if decision is Decision.BORROW:
         return (
             f"team {team!r} is beyond its share of pool {pool.pool_id!r} ({share:.0f} tokens) and borrows idle room:"
@@ -278,11 +278,11 @@ def _reason(
     if decision is Decision.REFUSE_TEAM:
         if alone:  # the team's own leases fill the pool
             return (
-                f"team {team!r} holds {load.in_use} of the {capacity} KV tokens of pool {pool.pool_id!r}, and this"
+                f"team {team!r} holds {held} of the {capacity} KV tokens of pool {pool.pool_id!r}, and this"
                 f" request needs {tokens} more: {retry}, when the team's earlier requests end, or lower max_tokens"
             )
         return (
-            f"team {team!r} holds {load.in_use} KV tokens in pool {pool.pool_id!r}; its share is {share:.0f}"
+            f"team {team!r} holds {held} KV tokens in pool {pool.pool_id!r}; its share is {share:.0f}"
             f" while other teams want capacity, and this request needs {tokens} more: {retry}, or lower max_tokens"
         )
     if capacity == 0:

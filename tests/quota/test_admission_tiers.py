@@ -132,7 +132,8 @@ async def test_a_teams_own_flex_and_bulk_never_refuse_its_priority_and_interacti
     for request_class in ("priority", "interactive"):
         lease = await admission.admit("a", "small", 500, request_class)  # type: ignore[arg-type]
         assert not lease.borrowed and not lease.preemptible
-    # Its flex counts all of it: beyond its share, more flex only borrows idle room.
+    # Its flex counts all of it: beyond its share, more flex only borrows idle room (and is as
+    # preemptible as the rest of its flex).
     assert (await admission.admit("a", "small", 400, "flex")).borrowed
     loads = (await admission.refresh_snapshot())["small"].leases
-    assert (loads["a"].owned_tokens, loads["a"].preemptible_tokens, loads["a"].borrowed_tokens) == (1_000, 1_000, 400)
+    assert (loads["a"].owned_tokens, loads["a"].preemptible_tokens, loads["a"].borrowed_tokens) == (1_000, 1_400, 0)

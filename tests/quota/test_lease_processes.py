@@ -49,12 +49,13 @@ def go(client: redis.Redis, workers: int) -> None:
 def pool_loads(client: redis.Redis) -> dict[str, TeamLoad]:
     """Leases in force, read straight from the store's hashes in one MULTI (one instant)."""
     pipe = client.pipeline(transaction=True)
-    pipe.hgetall("sy:pool:small:owned")
-    pipe.hgetall("sy:pool:small:borrowed")
-    raw_owned, raw_borrowed = pipe.execute()
-    owned = {k.decode(): int(v) for k, v in raw_owned.items()}
-    borrowed = {k.decode(): int(v) for k, v in raw_borrowed.items()}
-    return {t: TeamLoad(owned.get(t, 0), borrowed.get(t, 0)) for t in owned.keys() | borrowed.keys()}
+    for kind in ("owned", "borrowed", "preemptible"):
+        pipe.hgetall(f"sy:pool:small:{kind}")
+    owned, borrowed, preemptible = ({k.decode(): int(v) for k, v in raw.items()} for raw in pipe.execute())
+    return {
+        t: TeamLoad(owned.get(t, 0), borrowed.get(t, 0), preemptible_tokens=preemptible.get(t, 0))
+        for t in owned.keys() | borrowed.keys() | preemptible.keys()
+    }
 
 
 def test_two_processes_filling_a_pool_never_take_more_than_it_holds(redis_url: str) -> None:
