@@ -148,7 +148,7 @@ class Admission:
         )
         # Every request tries at once, queue or no queue: a refusal (429) must not wait, and a
         # request that fits now takes room the waiters' larger requests could not use.
-        outcome = await self._reserve(team_id, pool_id, tokens, owner, expected_s, mark)
+        outcome = await self._reserve(team_id, pool_id, tokens, request_class, expected_s, mark)
         if outcome.lease is not None:
             return outcome.lease
         if wait_s > 0 and _waits_for_room(request_class, outcome.decision.decision):
@@ -199,7 +199,7 @@ class Admission:
         team_id: str,
         pool_id: str,
         tokens: int,
-        interactive: bool,  # priority / interactive: an owner of the pool's room (the script's word)
+        request_class: RequestClass,
         expected_s: float | None,
         mark: WaiterMark | None,
     ) -> ReserveOutcome:
@@ -209,14 +209,16 @@ class Admission:
             tokens,
             self._quota.lease_ttl_s,
             capacity_tokens=self._capacity.capacity(pool_id).capacity_tokens,
-            interactive=interactive,
+            # priority / interactive: an owner of the pool's room (the script's word)
+            interactive=request_class in ("priority", "interactive"),
+            priority=request_class == "priority",
             expected_s=expected_s,
             waiter=mark,
         )
         loads = dict(outcome.pool.loads)
         if (lease := outcome.lease) is not None:
             load = loads.get(team_id, TeamLoad())
-            kind = {0: "owned_tokens", 1: "borrowed_tokens", 2: "preemptible_tokens"}[lease.kind]
+            kind = {0: "owned_tokens", 1: "borrowed_tokens", 2: "preemptible_tokens", 3: "priority_tokens"}[lease.kind]
             loads[team_id] = replace(load, **{kind: getattr(load, kind) + lease.tokens})
         self._seen[pool_id] = loads
         return outcome
@@ -242,7 +244,6 @@ class Admission:
         meanwhile."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait_s
-        owner = mark is not None
         weight = self._tier_weights[team_id].get(TIER_OF_CLASS[request_class], self.policy.weights[team_id])
         queue = self._queues[pool_id]
         waiter = queue.join(team_id, tokens, weight, kick=False, rank=CLASS_RANK[request_class])
@@ -252,7 +253,7 @@ class Admission:
                 await waiter.wait(min(self._poll_s, remaining))
                 if not waiter.is_head:
                     continue
-                outcome = await self._reserve(team_id, pool_id, tokens, owner, expected_s, mark)
+                outcome = await self._reserve(team_id, pool_id, tokens, request_class, expected_s, mark)
                 if outcome.lease is not None:
                     served = True
                     return outcome.lease

@@ -19,9 +19,11 @@ Each team's owned leases stay within its static share, and static shares sum to 
 so while the capacity holds, an interactive request within its team's share always fits beside
 them: FLEET_FULL for interactive work means servers went away since the leases were taken.
 
-"T's in use" for a priority or interactive request (an owner's) leaves out its team's flex and
-bulk (preemptible leases): they give way to it in the engine, as anyone's do, so a
-team's background work never refuses its own people's requests.
+"T's in use" depends on the request (`TeamLoad.counted`): for an interactive request it leaves
+out the team's flex and bulk (preemptible leases), which give way to it in the engine, as
+anyone's do, so a team's background work never refuses its own people's requests; for a
+priority request it is the team's priority leases only, so the tier goes ahead of the team's
+default work too (a team may then hold up to its share in each); for flex and bulk, all of it.
 
 Borrowed leases are the first to go when owners return: an interactive owner is admitted
 against room held by borrowers (`capacity − owned`), because borrowed work runs at bulk
@@ -67,10 +69,22 @@ class TeamLoad:
     borrowed_tokens: int = 0  # priority and interactive admitted beyond share, preemptible
     waiters: int = 0  # interactive requests queued for room (any gateway process)
     preemptible_tokens: int = 0  # flex and bulk (within share or beyond): the engine preempts them for owners
+    priority_tokens: int = 0  # priority admitted within share
 
     @property
     def in_use(self) -> int:
-        return self.owned_tokens + self.borrowed_tokens + self.preemptible_tokens
+        return self.owned_tokens + self.borrowed_tokens + self.preemptible_tokens + self.priority_tokens
+
+    def counted(self, request: ShareRequest) -> int:
+        """What counts against the team's share for `request`: a priority request's, its
+        team's priority leases (the tier goes ahead of the team's other work); an interactive
+        one's, all but the team's flex and bulk (the engine preempts them for it); flex and
+        bulk, everything."""
+        if request.priority:
+            return self.priority_tokens
+        if request.interactive:
+            return self.in_use - self.preemptible_tokens
+        return self.in_use
 
     @property
     def wants_capacity(self) -> bool:
@@ -88,7 +102,9 @@ class PoolView:
 
     @property
     def owned_tokens(self) -> int:
-        return sum(load.owned_tokens for load in self.loads.values())
+        """Leased by owners within their shares (interactive and priority): what no owner's
+        request may take."""
+        return sum(load.owned_tokens + load.priority_tokens for load in self.loads.values())
 
     @property
     def leased_tokens(self) -> int:
@@ -122,7 +138,8 @@ class TeamUsage:
 class ShareRequest:
     team_id: str
     tokens: int  # prompt + max_tokens: the KV the request may come to hold
-    interactive: bool
+    interactive: bool  # an owner's (priority or interactive): not flex or bulk
+    priority: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,9 +214,7 @@ class SharePolicy:
         waiting = pool.waiting_teams()
         if not request.interactive and waiting:
             return answer(Decision.FLEET_FULL, fallback_at)  # interactive waiters go first
-        # An owner's request (priority, interactive) does not count its team's flex and bulk:
-        # the engine preempts them for it, as anyone's.
-        used = load.in_use - load.preemptible_tokens if request.interactive else load.in_use
+        used = load.counted(request)
         if (used + tokens) * total <= pool.capacity_tokens * weight:
             room = pool.capacity_tokens - (owned if request.interactive else leased)
             if tokens > room:
@@ -246,8 +261,7 @@ def _reason(
     """The sentence an error body carries: what the numbers were and what the caller can do.
     `alone`: no other team wants capacity in the pool (the share is all of it)."""
     team, tokens, capacity = request.team_id, request.tokens, pool.capacity_tokens
-    # What counts against the share: an owner's request leaves its team's flex and bulk out.
-    held = load.in_use - load.preemptible_tokens if request.interactive else load.in_use
+    held = load.counted(request)  # what counts against the share
     retry = f"retry after {retry_after_s} s" if retry_after_s is not None else ""
     if decision is Decision.ADMIT:
         return f"team {team!r} is within its share of pool {pool.pool_id!r} ({held + tokens} of {share:.0f} tokens)"

@@ -136,4 +136,21 @@ async def test_a_teams_own_flex_and_bulk_never_refuse_its_priority_and_interacti
     # preemptible as the rest of its flex).
     assert (await admission.admit("a", "small", 400, "flex")).borrowed
     loads = (await admission.refresh_snapshot())["small"].leases
-    assert (loads["a"].owned_tokens, loads["a"].preemptible_tokens, loads["a"].borrowed_tokens) == (1_000, 1_400, 0)
+    assert (loads["a"].priority_tokens, loads["a"].owned_tokens, loads["a"].preemptible_tokens) == (500, 500, 1_400)
+
+
+async def test_priority_goes_ahead_of_its_teams_default_work_within_its_own_share(client: aioredis.Redis) -> None:
+    """A team whose default replies fill its share is still admitted for priority, up to a share
+    of priority work; a priority flood is held to that share, and its default work to its own."""
+    capacity = StaticCapacity({"small": 8_000})
+    admission = tiered_admission(client, capacity)
+    await admission.admit("c", "small", 100, "interactive")  # another team wants room: shares apply
+    for _ in range(2):
+        assert not (await admission.admit("a", "small", 500, "interactive")).borrowed  # a's 1,000
+    urgent = await admission.admit("a", "small", 1_000, "priority")
+    assert urgent.priority and not urgent.borrowed
+    # Beyond the priority share (1,600 while c wants room) the flood only borrows idle room ...
+    assert (await admission.admit("a", "small", 700, "priority")).borrowed
+    # ... and a's default work is held to its share as before (its priority counts there):
+    # beyond it, it too only borrows idle room.
+    assert (await admission.admit("a", "small", 700, "interactive")).borrowed

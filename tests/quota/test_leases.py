@@ -195,7 +195,7 @@ async def test_tokens_per_day_counts_metered_usage_and_leases_in_flight(client: 
     assert refused.usage.tokens_today == 4900
 
 
-KIND = {"owned_tokens": 0, "borrowed_tokens": 1, "preemptible_tokens": 2}  # Lease.kind
+KIND = {"owned_tokens": 0, "borrowed_tokens": 1, "preemptible_tokens": 2, "priority_tokens": 3}  # Lease.kind
 
 
 async def test_script_agrees_with_share_policy_on_random_states(client: aioredis.Redis) -> None:
@@ -216,21 +216,25 @@ async def test_script_agrees_with_share_policy_on_random_states(client: aioredis
             continue
         team = rng.choice("abc")
         interactive = rng.random() < 0.7
+        priority = interactive and rng.random() < 0.3
         tokens = rng.randint(1, 1500)
         capacity = rng.choice([4000, 6000, 8000])
         mark = WaiterMark(f"w{step}", clock.now + rng.uniform(0, 3)) if interactive and rng.random() < 0.3 else None
         outcome = await store.reserve(
-            team, "small", tokens, rng.uniform(1, 20), capacity_tokens=capacity, interactive=interactive, waiter=mark
-        )
+            team, "small", tokens, rng.uniform(1, 20), capacity_tokens=capacity, interactive=interactive,
+            priority=priority, waiter=mark,
+        )  # fmt: skip
         held = {lid: lease for lid, lease in held.items() if lease.expires_at > clock.now}
-        for kind in ("owned_tokens", "borrowed_tokens", "preemptible_tokens"):
+        for kind in KIND:
             by_team = {
                 t: sum(x.tokens for x in held.values() if x.team_id == t and x.kind == KIND[kind]) for t in "abc"
             }
             assert {t: getattr(load, kind) for t, load in outcome.pool.loads.items() if getattr(load, kind)} == {
                 t: n for t, n in by_team.items() if n
             }, kind
-        expected = policy.decide(ShareRequest(team, tokens, interactive), outcome.pool, outcome.usage, clock.now)
+        expected = policy.decide(
+            ShareRequest(team, tokens, interactive, priority), outcome.pool, outcome.usage, clock.now
+        )
         assert outcome.decision == expected
         seen.add(expected.decision)
         weight, total = policy.share_weight(team, outcome.pool)
@@ -241,10 +245,17 @@ async def test_script_agrees_with_share_policy_on_random_states(client: aioredis
             held[outcome.lease.lease_id] = outcome.lease
         if outcome.lease is not None and outcome.lease.preemptible:
             seen.add("preemptible")
+        if outcome.lease is not None and outcome.lease.priority:
+            seen.add("priority")
         if interactive and expected.decision.admitted and outcome.pool.loads.get(team, TeamLoad()).preemptible_tokens:
             seen.add("owner beside its team's preemptible work")
     decisions = {Decision.ADMIT, Decision.BORROW, Decision.REFUSE_TEAM, Decision.REFUSE_LIMIT, Decision.FLEET_FULL}
-    assert seen == decisions | {"borrow within share", "preemptible", "owner beside its team's preemptible work"}
+    assert seen == decisions | {
+        "borrow within share",
+        "preemptible",
+        "owner beside its team's preemptible work",
+        "priority",
+    }
 
 
 async def test_script_and_policy_sum_the_weights_in_the_same_order(
