@@ -212,13 +212,15 @@ class Admission:
             # priority / interactive: an owner of the pool's room (the script's word)
             interactive=request_class in ("priority", "interactive"),
             priority=request_class == "priority",
+            flex=request_class == "flex",
             expected_s=expected_s,
             waiter=mark,
         )
         loads = dict(outcome.pool.loads)
         if (lease := outcome.lease) is not None:
             load = loads.get(team_id, TeamLoad())
-            kind = {0: "owned_tokens", 1: "borrowed_tokens", 2: "preemptible_tokens", 3: "priority_tokens"}[lease.kind]
+            kinds = ("owned_tokens", "borrowed_tokens", "preemptible_tokens", "priority_tokens", "flex_tokens")
+            kind = kinds[lease.kind]
             loads[team_id] = replace(load, **{kind: getattr(load, kind) + lease.tokens})
         self._seen[pool_id] = loads
         return outcome

@@ -12,20 +12,23 @@ Keys (prefix `sy:` by default; P below):
     P team_inflight             hash  team -> tokens leased across every pool (max_inflight_tokens)
     P pool:{pool}:owned         hash  team -> tokens leased within share
     P pool:{pool}:borrowed      hash  team -> tokens leased beyond share
-    P pool:{pool}:preemptible   hash  team -> tokens leased by flex and bulk, which the engine
-                                      preempts for priority and interactive work
+    P pool:{pool}:preemptible   hash  team -> tokens leased by bulk, which the engine preempts for
+                                      every other class
+    P pool:{pool}:flex          hash  team -> tokens leased by flex, which the engine preempts for
+                                      priority and interactive work
     P pool:{pool}:priority      hash  team -> tokens leased within share by priority requests
-
-A lease's kind (`b`): 0 owned (interactive within share), 1 borrowed (priority or interactive
-beyond share, run at bulk priority), 2 preemptible (flex or bulk, within share or borrowing
-beyond it), 3 priority (priority within share). A priority request counts only its team's
-priority leases against its share: the tier is admitted ahead of the team's other work. A priority or interactive
-request counts none of its team's preemptible tokens against its share, and takes room from borrowed and
-preemptible leases alike: the engine preempts both for it.
     P pool:{pool}:ends:{team}   zset  lease_id -> expected end (Retry-After from own leases)
     P pool:{pool}:waiters       zset  waiter_id -> deadline (an interactive request queued)
     P pool:{pool}:waiter_team   hash  waiter_id -> team
     P pool:{pool}:waiting       hash  team -> waiters
+
+A lease's kind (`b`): 0 owned (interactive within share), 1 borrowed (priority or interactive
+beyond share, run at bulk priority), 2 preemptible (bulk, within share or borrowing beyond it),
+3 priority (priority within share), 4 flex (within share or borrowing beyond it). What counts
+against a team's share depends on the request's class (`TeamLoad.counted`): priority counts the
+team's priority leases only; interactive leaves out its flex and bulk, flex its bulk (the engine
+preempts those for it); bulk counts everything. Priority and interactive requests take room from
+borrowed, flex and bulk leases alike.
 
 Reclaiming touches the keys of whatever pool an expired lease belonged to, so the scripts name
 their keys themselves rather than through KEYS: right for one Redis (replicated), not for
@@ -47,7 +50,7 @@ local function add(key, field, delta)
   if redis.call('HINCRBY', key, field, delta) <= 0 then redis.call('HDEL', key, field) end
 end
 
-local KINDS = {{[0] = 'owned', [1] = 'borrowed', [2] = 'preemptible', [3] = 'priority'}}
+local KINDS = {{[0] = 'owned', [1] = 'borrowed', [2] = 'preemptible', [3] = 'priority', [4] = 'flex'}}
 
 local function record_lease(id, pool, team, tokens, kind, expires_at, ends_at)
   redis.call('HSET', P .. 'lease:info', id, cjson.encode({{p = pool, t = team, n = tokens, b = kind}}))
@@ -92,17 +95,18 @@ local function numbers(key)
   return out
 end
 
--- {{team: [owned, borrowed, waiters, preemptible, priority]}} and the soonest expected end of any
+-- {{team: [owned, borrowed, waiters, preemptible, priority, flex]}} and the soonest expected end of any
 -- lease in the pool.
 local function pool_state(pool)
   local owned, borrowed, waiting = numbers(pool_key(pool, 'owned')), numbers(pool_key(pool, 'borrowed')),
     numbers(pool_key(pool, 'waiting'))
   local preemptible, priority = numbers(pool_key(pool, 'preemptible')), numbers(pool_key(pool, 'priority'))
+  local flex = numbers(pool_key(pool, 'flex'))
   local loads, next_end = {{}}, nil
   local function load(team)
     if not loads[team] then
       loads[team] = {{owned[team] or 0, borrowed[team] or 0, waiting[team] or 0, preemptible[team] or 0,
-        priority[team] or 0}}
+        priority[team] or 0, flex[team] or 0}}
       local first = redis.call('ZRANGE', pool_key(pool, 'ends:' .. team), 0, 0, 'WITHSCORES')
       if first[2] and (not next_end or tonumber(first[2]) < next_end) then next_end = tonumber(first[2]) end
     end
@@ -111,13 +115,14 @@ local function pool_state(pool)
   for team in pairs(borrowed) do load(team) end
   for team in pairs(preemptible) do load(team) end
   for team in pairs(priority) do load(team) end
+  for team in pairs(flex) do load(team) end
   for team in pairs(waiting) do load(team) end
   return loads, next_end
 end
 """
 
-# ARGV: prefix, now, pool, team, tokens, lease_id, expires_at, ends_at, capacity, owner (0: flex or
-# bulk, 1: interactive, 2: priority),
+# ARGV: prefix, now, pool, team, tokens, lease_id, expires_at, ends_at, capacity, class (0: bulk,
+# 1: interactive, 2: priority, 3: flex),
 # max_inflight ('' = none), tokens_per_day ('' = none), usage day key, waiter_id ('' = none),
 # waiter deadline, then (team, weight) pairs sorted by team.
 RESERVE = (
@@ -125,7 +130,8 @@ RESERVE = (
     + f"""
 local now, pool, team, tokens = tonumber(ARGV[2]), ARGV[3], ARGV[4], tonumber(ARGV[5])
 local lease_id, expires_at, ends_at = ARGV[6], tonumber(ARGV[7]), tonumber(ARGV[8])
-local capacity, interactive, priority = tonumber(ARGV[9]), ARGV[10] ~= '0', ARGV[10] == '2'
+local capacity, class = tonumber(ARGV[9]), ARGV[10]
+local interactive, priority, flex = class == '1' or class == '2', class == '2', class == '3'
 local inflight_limit, day_limit = tonumber(ARGV[11]), tonumber(ARGV[12])
 local waiter_id, waiter_deadline = ARGV[14], tonumber(ARGV[15])
 
@@ -140,18 +146,19 @@ for i = 16, #ARGV, 2 do
   local t, w = ARGV[i], tonumber(ARGV[i + 1])
   local l = loads[t]
   if t == team then weight = w end
-  if t == team or (l and (l[1] + l[2] + l[4] + l[5] > 0 or l[3] > 0)) then total = total + w end
+  if t == team or (l and (l[1] + l[2] + l[4] + l[5] + l[6] > 0 or l[3] > 0)) then total = total + w end
   total_all = total_all + w
 end
 local owned, leased, used, any_waiting, others_waiting = 0, 0, 0, false, false
 for t, l in pairs(loads) do
   owned = owned + l[1] + l[5]
-  leased = leased + l[1] + l[2] + l[4] + l[5]
+  leased = leased + l[1] + l[2] + l[4] + l[5] + l[6]
   -- What counts against the share (SharePolicy.decide: `used`).
   if t == team then
     if priority then used = l[5]
     elseif interactive then used = l[1] + l[2] + l[5]
-    else used = l[1] + l[2] + l[4] + l[5] end
+    elseif flex then used = l[1] + l[2] + l[5] + l[6]
+    else used = l[1] + l[2] + l[4] + l[5] + l[6] end
   end
   if l[3] > 0 then
     any_waiting = true
@@ -179,7 +186,8 @@ else d = 'refuse_team' end
 local ends = {{}}
 if d == 'admit' or d == 'borrow' then
   local kind = 0
-  if not interactive then kind = 2 elseif d == 'borrow' then kind = 1 elseif priority then kind = 3 end
+  if flex then kind = 4 elseif not interactive then kind = 2 elseif d == 'borrow' then kind = 1
+  elseif priority then kind = 3 end
   record_lease(lease_id, pool, team, tokens, kind, expires_at, ends_at)
   if waiter_id ~= '' then drop_waiter(pool, waiter_id) end
 else
@@ -203,7 +211,7 @@ return cjson.encode({{d = d, loads = loads, next_end = next_end, inflight = infl
 """
 )
 
-# ARGV: prefix, now, expires_at, then (lease_id, pool, team, tokens, kind 0..3) per lease:
+# ARGV: prefix, now, expires_at, then (lease_id, pool, team, tokens, kind 0..4) per lease:
 # one call renews every lease one gateway process holds. A lease reclaimed while its request
 # still ran (the gateway stalled past the TTL) is recorded again: the tokens are still held on
 # a server, so the accounting must count them. Returns the ids recorded again.

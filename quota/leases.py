@@ -54,11 +54,12 @@ class Lease:
     preemptible: bool = False
 
     priority: bool = False  # a priority request's lease within share
+    flex: bool = False  # a flex request's (preemptible too)
 
     @property
     def kind(self) -> int:
-        """The lease scripts' word for it: 0 owned, 1 borrowed, 2 preemptible, 3 priority."""
-        return 2 if self.preemptible else 1 if self.borrowed else 3 if self.priority else 0
+        """The lease scripts' word for it: 0 owned, 1 borrowed, 2 bulk, 3 priority, 4 flex."""
+        return 4 if self.flex else 2 if self.preemptible else 1 if self.borrowed else 3 if self.priority else 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +117,7 @@ class LeaseStore:
         capacity_tokens: int,
         interactive: bool = True,
         priority: bool = False,
+        flex: bool = False,
         expected_s: float | None = None,
         waiter: WaiterMark | None = None,
     ) -> ReserveOutcome:
@@ -125,8 +127,8 @@ class LeaseStore:
         give a refused team its Retry-After); the TTL when unknown. With `waiter`, a FLEET_FULL
         answer marks the team as waiting until `waiter.deadline`, and an admission or any
         other refusal clears that mark."""
-        priority = priority and interactive
-        request = ShareRequest(team_id, tokens, interactive, priority)
+        priority, flex = priority and interactive, flex and not interactive
+        request = ShareRequest(team_id, tokens, interactive, priority, flex)
         if team_id not in self.policy.weights:
             raise ValueError(f"unknown team {team_id!r}")
         if tokens <= 0 or ttl_s <= 0:
@@ -151,7 +153,7 @@ class LeaseStore:
                 repr(expires_at),
                 repr(now + (ttl_s if expected_s is None else expected_s)),
                 capacity_tokens,
-                "2" if priority else "1" if interactive else "0",
+                "2" if priority else "1" if interactive else "3" if flex else "0",
                 _optional(limits.max_inflight_tokens),
                 _optional(limits.tokens_per_day),
                 day_key(team_id, today),
@@ -184,7 +186,7 @@ class LeaseStore:
             borrowed = applied is Decision.BORROW
             lease = Lease(
                 lease_id, team_id, pool_id, tokens, borrowed, expires_at,
-                preemptible=not interactive, priority=priority and not borrowed,
+                preemptible=not interactive, priority=priority and not borrowed, flex=flex,
             )  # fmt: skip
         return ReserveOutcome(decision, lease, pool, usage)
 
@@ -228,7 +230,7 @@ class LeaseStore:
 def _loads(raw: object) -> dict[str, TeamLoad]:
     if not isinstance(raw, dict):  # cjson writes an empty table as {} or []
         return {}
-    return {team: TeamLoad(int(o), int(b), int(w), int(p), int(q)) for team, (o, b, w, p, q) in raw.items()}
+    return {team: TeamLoad(int(o), int(b), int(w), int(p), int(q), int(f)) for team, (o, b, w, p, q, f) in raw.items()}
 
 
 def _optional(limit: int | None) -> str | int:

@@ -23,7 +23,8 @@ them: FLEET_FULL for interactive work means servers went away since the leases w
 out the team's flex and bulk (preemptible leases), which give way to it in the engine, as
 anyone's do, so a team's background work never refuses its own people's requests; for a
 priority request it is the team's priority leases only, so the tier goes ahead of the team's
-default work too (a team may then hold up to its share in each); for flex and bulk, all of it.
+default work too (a team may then hold up to its share in each); for flex, all but the team's
+bulk (which the engine preempts for flex); for bulk, all of it.
 
 Borrowed leases are the first to go when owners return: an interactive owner is admitted
 against room held by borrowers (`capacity − owned`), because borrowed work runs at bulk
@@ -68,21 +69,26 @@ class TeamLoad:
     owned_tokens: int = 0  # priority and interactive admitted within share
     borrowed_tokens: int = 0  # priority and interactive admitted beyond share, preemptible
     waiters: int = 0  # interactive requests queued for room (any gateway process)
-    preemptible_tokens: int = 0  # flex and bulk (within share or beyond): the engine preempts them for owners
+    preemptible_tokens: int = 0  # bulk (within share or beyond): the engine preempts it for every other class
     priority_tokens: int = 0  # priority admitted within share
+    flex_tokens: int = 0  # flex (within share or beyond): the engine preempts it for owners
 
     @property
     def in_use(self) -> int:
-        return self.owned_tokens + self.borrowed_tokens + self.preemptible_tokens + self.priority_tokens
+        return (
+            self.owned_tokens + self.borrowed_tokens + self.preemptible_tokens + self.priority_tokens + self.flex_tokens
+        )
 
     def counted(self, request: ShareRequest) -> int:
         """What counts against the team's share for `request`: a priority request's, its
         team's priority leases (the tier goes ahead of the team's other work); an interactive
-        one's, all but the team's flex and bulk (the engine preempts them for it); flex and
-        bulk, everything."""
+        one's, all but the team's flex and bulk, and a flex one's all but its bulk (the engine
+        preempts those for it); bulk's, everything."""
         if request.priority:
             return self.priority_tokens
         if request.interactive:
+            return self.in_use - self.preemptible_tokens - self.flex_tokens
+        if request.flex:
             return self.in_use - self.preemptible_tokens
         return self.in_use
 
@@ -140,6 +146,7 @@ class ShareRequest:
     tokens: int  # prompt + max_tokens: the KV the request may come to hold
     interactive: bool  # an owner's (priority or interactive): not flex or bulk
     priority: bool = False
+    flex: bool = False
 
 
 @dataclass(frozen=True, slots=True)

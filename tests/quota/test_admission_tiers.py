@@ -127,6 +127,7 @@ async def test_a_teams_own_flex_and_bulk_never_refuse_its_priority_and_interacti
     background = [await admission.admit("a", "small", 400, "flex") for _ in range(2)]
     background.append(await admission.admit("a", "small", 200, "bulk"))
     assert all(lease.preemptible and not lease.borrowed for lease in background)
+    assert [lease.flex for lease in background] == [True, True, False]
     # a's static share is 8,000 x 1/8 = 1,000: its flex and bulk fill it. People's requests
     # still get in, owned, as if the background work were not there.
     for request_class in ("priority", "interactive"):
@@ -136,7 +137,8 @@ async def test_a_teams_own_flex_and_bulk_never_refuse_its_priority_and_interacti
     # preemptible as the rest of its flex).
     assert (await admission.admit("a", "small", 400, "flex")).borrowed
     loads = (await admission.refresh_snapshot())["small"].leases
-    assert (loads["a"].priority_tokens, loads["a"].owned_tokens, loads["a"].preemptible_tokens) == (500, 500, 1_400)
+    assert (loads["a"].priority_tokens, loads["a"].owned_tokens) == (500, 500)
+    assert (loads["a"].flex_tokens, loads["a"].preemptible_tokens) == (1_200, 200)  # flex's own kind; bulk's
 
 
 async def test_priority_goes_ahead_of_its_teams_default_work_within_its_own_share(client: aioredis.Redis) -> None:
@@ -154,3 +156,14 @@ async def test_priority_goes_ahead_of_its_teams_default_work_within_its_own_shar
     # ... and a's default work is held to its share as before (its priority counts there):
     # beyond it, it too only borrows idle room.
     assert (await admission.admit("a", "small", 700, "interactive")).borrowed
+
+
+async def test_flex_does_not_count_its_teams_batch_against_its_share(client: aioredis.Redis) -> None:
+    """The engine preempts bulk for flex: a team whose batch fills its share still runs flex
+    within the share, as a flex tier of its own weight would."""
+    capacity = StaticCapacity({"small": 8_000})
+    admission = tiered_admission(client, capacity)
+    await admission.admit("c", "small", 100, "interactive")  # another team wants room: shares apply
+    await admission.admit("a", "small", 1_000, "bulk")  # a's static share, all batch
+    lease = await admission.admit("a", "small", 500, "flex")
+    assert lease.flex and not lease.borrowed  # within the share: its bulk gives way

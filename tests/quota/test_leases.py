@@ -195,7 +195,8 @@ async def test_tokens_per_day_counts_metered_usage_and_leases_in_flight(client: 
     assert refused.usage.tokens_today == 4900
 
 
-KIND = {"owned_tokens": 0, "borrowed_tokens": 1, "preemptible_tokens": 2, "priority_tokens": 3}  # Lease.kind
+# Lease.kind
+KIND = {"owned_tokens": 0, "borrowed_tokens": 1, "preemptible_tokens": 2, "priority_tokens": 3, "flex_tokens": 4}
 
 
 async def test_script_agrees_with_share_policy_on_random_states(client: aioredis.Redis) -> None:
@@ -217,12 +218,13 @@ async def test_script_agrees_with_share_policy_on_random_states(client: aioredis
         team = rng.choice("abc")
         interactive = rng.random() < 0.7
         priority = interactive and rng.random() < 0.3
+        flex = not interactive and rng.random() < 0.5
         tokens = rng.randint(1, 1500)
         capacity = rng.choice([4000, 6000, 8000])
         mark = WaiterMark(f"w{step}", clock.now + rng.uniform(0, 3)) if interactive and rng.random() < 0.3 else None
         outcome = await store.reserve(
             team, "small", tokens, rng.uniform(1, 20), capacity_tokens=capacity, interactive=interactive,
-            priority=priority, waiter=mark,
+            priority=priority, flex=flex, waiter=mark,
         )  # fmt: skip
         held = {lid: lease for lid, lease in held.items() if lease.expires_at > clock.now}
         for kind in KIND:
@@ -233,7 +235,7 @@ async def test_script_agrees_with_share_policy_on_random_states(client: aioredis
                 t: n for t, n in by_team.items() if n
             }, kind
         expected = policy.decide(
-            ShareRequest(team, tokens, interactive, priority), outcome.pool, outcome.usage, clock.now
+            ShareRequest(team, tokens, interactive, priority, flex), outcome.pool, outcome.usage, clock.now
         )
         assert outcome.decision == expected
         seen.add(expected.decision)
@@ -247,6 +249,8 @@ async def test_script_agrees_with_share_policy_on_random_states(client: aioredis
             seen.add("preemptible")
         if outcome.lease is not None and outcome.lease.priority:
             seen.add("priority")
+        if outcome.lease is not None and outcome.lease.flex:
+            seen.add("flex")
         if interactive and expected.decision.admitted and outcome.pool.loads.get(team, TeamLoad()).preemptible_tokens:
             seen.add("owner beside its team's preemptible work")
     decisions = {Decision.ADMIT, Decision.BORROW, Decision.REFUSE_TEAM, Decision.REFUSE_LIMIT, Decision.FLEET_FULL}
@@ -255,6 +259,7 @@ async def test_script_agrees_with_share_policy_on_random_states(client: aioredis
         "preemptible",
         "owner beside its team's preemptible work",
         "priority",
+        "flex",
     }
 
 
