@@ -100,7 +100,10 @@ def tiers_section(scenario: Scenario, summaries: Sequence[Summary]) -> list[str]
             )
     flex = [(s.policy, s.flex) for s in summaries if s.flex is not None]
     if flex:
-        lines += ["", "| policy | flex arrived | admitted after a wait (wait p99) | 429 | KV taken by a higher tier |"]
+        lines += [
+            "",
+            "| policy | flex arrived | admitted after a wait (wait p99) | 429 | KV a higher tier took (exact mode) |",
+        ]
         lines.append("|---|---|---|---|---|")
         for policy, f in flex:
             lines.append(
