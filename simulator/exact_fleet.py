@@ -32,7 +32,7 @@ from simulator.length_moments import moments
 from simulator.recorder import CHAT_PROMPT_TOKENS, BatchOutcome, Recorder, TtftSample
 from simulator.scenario import BatchPlan, Scenario
 from simulator.settings import SimSettings
-from simulator.sim_request import BULK, FLEX, SHAPED_CLASSES, SimRequest
+from simulator.sim_request import BULK, FLEX, PRIORITY, SHAPED_CLASSES, SimRequest
 from simulator.sim_server import SimServer
 from simulator.step_end import StepEnd
 from simulator.team_leases import TeamLeases
@@ -157,7 +157,10 @@ class ExactFleet:
             self.leases.take_flex(request.lease_tokens)
             return True
         interactive = not request.is_bulk
-        decision = self.leases.decide(request.team_id, request.lease_tokens, interactive, self.capacity_tokens(), now)
+        priority = request.request_class == PRIORITY
+        decision = self.leases.decide(
+            request.team_id, request.lease_tokens, interactive, self.capacity_tokens(), now, priority=priority
+        )
         if decision.admitted:
             request.borrowed = decision is Decision.BORROW
             return True
@@ -296,7 +299,10 @@ class ExactFleet:
             self.leases.release_flex(request.lease_tokens)
             return
         interactive = not request.is_bulk
-        self.leases.release(request.team_id, request.lease_tokens, borrowed=request.borrowed, interactive=interactive)
+        priority = request.request_class == PRIORITY
+        self.leases.release(
+            request.team_id, request.lease_tokens, borrowed=request.borrowed, interactive=interactive, priority=priority
+        )
 
     def finished(self, request: SimRequest, now: float) -> None:
         self.release_lease(request)

@@ -40,7 +40,7 @@ from simulator.probe_ttft import ProbeTtft
 from simulator.recorder import BatchOutcome, Recorder
 from simulator.scenario import BatchPlan, ClassMix, Scenario
 from simulator.settings import SimSettings
-from simulator.sim_request import FLEX
+from simulator.sim_request import FLEX, PRIORITY
 from simulator.team_leases import TeamLeases
 from simulator.variants import Variant
 
@@ -218,7 +218,8 @@ class FluidFleet:
             if request_class == FLEX:
                 self.leases.release_flex(round(freed))
             else:
-                self.leases.release(team, round(freed), borrowed=borrowed, interactive=True)
+                priority = request_class == PRIORITY
+                self.leases.release(team, round(freed), borrowed=borrowed, interactive=True, priority=priority)
             self.recorder.team_tokens[team] += ended * per_request
             self.recorder.count(f"{request_class}_done", ended)
         self.pending_tokens[min(int(now // 3600), self.recorder.num_hours - 1)] += tokens

@@ -26,7 +26,7 @@ from quota.shares import Decision
 from simulator.recorder import Recorder
 from simulator.scenario import Scenario
 from simulator.settings import SimSettings
-from simulator.sim_request import FLEX, SHAPED_CLASSES
+from simulator.sim_request import FLEX, PRIORITY, SHAPED_CLASSES
 from simulator.team_leases import TeamLeases
 
 Cohort = tuple[float, int]  # (arrived at, requests)
@@ -115,6 +115,7 @@ class FluidGateway:
     ) -> None:
         lease, leases = self.lease_mean, self.leases
         waiting = leases.waiters
+        priority = request_class == PRIORITY
         while queue:
             arrived, count = queue[0]
             if now - arrived > self.settings.queue_timeout_s:
@@ -125,12 +126,12 @@ class FluidGateway:
             # The whole cohort in one ask when it fits; else a quarter at a time.
             size = count
             waiting[team] -= size
-            decision = leases.decide(team, round(size * lease), True, capacity_tokens, now)
+            decision = leases.decide(team, round(size * lease), True, capacity_tokens, now, priority=priority)
             if not decision.admitted and count > 1:
                 waiting[team] += size
                 size = math.ceil(count / 4)
                 waiting[team] -= size
-                decision = leases.decide(team, round(size * lease), True, capacity_tokens, now)
+                decision = leases.decide(team, round(size * lease), True, capacity_tokens, now, priority=priority)
             if decision is Decision.FLEET_FULL:
                 waiting[team] += size
                 break

@@ -28,7 +28,9 @@ from quota.shares import Decision, PoolView, SharePolicy, ShareRequest, TeamLoad
 
 
 class TeamLeases:
-    """Owned and borrowed lease tokens and waiters per team, in one pool."""
+    """Owned, priority and borrowed lease tokens and waiters per team, in one pool. Priority
+    leases within a team's share are a kind of their own, as the live leases keep them
+    (quota/shares.py: a priority request counts only its team's priority leases)."""
 
     def __init__(self, policy: SharePolicy, pool_id: str, room: RoomPolicy) -> None:
         self.policy = policy
@@ -36,37 +38,44 @@ class TeamLeases:
         self.room = room  # the dispatcher's reserve arithmetic, which flex keeps to as well
         self.owned: dict[str, int] = defaultdict(int)
         self.borrowed: dict[str, int] = defaultdict(int)
+        self.priority: dict[str, int] = defaultdict(int)
         self.waiters: dict[str, int] = defaultdict(int)
         self.leased_tokens = 0  # every lease, flex's included (what the dispatcher sees)
         self.interactive_leased_tokens = 0  # priority and interactive, borrowed included
         self.flex_leased_tokens = 0
 
     def view(self, capacity_tokens: int) -> PoolView:
-        teams = set(self.owned) | set(self.borrowed) | set(self.waiters)
+        teams = set(self.owned) | set(self.borrowed) | set(self.waiters) | set(self.priority)
         loads = {
-            t: TeamLoad(self.owned[t], self.borrowed[t], self.waiters[t])
+            t: TeamLoad(self.owned[t], self.borrowed[t], self.waiters[t], priority_tokens=self.priority[t])
             for t in sorted(teams)
-            if self.owned[t] or self.borrowed[t] or self.waiters[t]
+            if self.owned[t] or self.borrowed[t] or self.waiters[t] or self.priority[t]
         }
         return PoolView(self.pool_id, capacity_tokens, loads)
 
-    def decide(self, team_id: str, tokens: int, interactive: bool, capacity_tokens: int, now: float) -> Decision:
+    def decide(
+        self, team_id: str, tokens: int, interactive: bool, capacity_tokens: int, now: float, *, priority: bool = False
+    ) -> Decision:
         """The policy's answer for a request of `tokens`; takes the lease when it admits."""
-        request = ShareRequest(team_id=team_id, tokens=tokens, interactive=interactive)
-        usage = TeamUsage(inflight_tokens=self.owned[team_id] + self.borrowed[team_id])
+        request = ShareRequest(team_id=team_id, tokens=tokens, interactive=interactive, priority=priority)
+        usage = TeamUsage(inflight_tokens=self.owned[team_id] + self.borrowed[team_id] + self.priority[team_id])
         decision = self.policy.decide(request, self.view(capacity_tokens), usage, now).decision
         if decision.admitted:
-            self.take(team_id, tokens, borrowed=decision is Decision.BORROW, interactive=interactive)
+            borrowed = decision is Decision.BORROW
+            self.take(team_id, tokens, borrowed=borrowed, interactive=interactive, priority=priority)
         return decision
 
-    def take(self, team_id: str, tokens: int, *, borrowed: bool, interactive: bool) -> None:
-        (self.borrowed if borrowed else self.owned)[team_id] += tokens
+    def _kind(self, *, borrowed: bool, priority: bool) -> dict[str, int]:
+        return self.borrowed if borrowed else self.priority if priority else self.owned
+
+    def take(self, team_id: str, tokens: int, *, borrowed: bool, interactive: bool, priority: bool = False) -> None:
+        self._kind(borrowed=borrowed, priority=priority)[team_id] += tokens
         self.leased_tokens += tokens
         if interactive:
             self.interactive_leased_tokens += tokens
 
-    def release(self, team_id: str, tokens: int, *, borrowed: bool, interactive: bool) -> None:
-        (self.borrowed if borrowed else self.owned)[team_id] -= tokens
+    def release(self, team_id: str, tokens: int, *, borrowed: bool, interactive: bool, priority: bool = False) -> None:
+        self._kind(borrowed=borrowed, priority=priority)[team_id] -= tokens
         self.leased_tokens -= tokens
         if interactive:
             self.interactive_leased_tokens -= tokens
