@@ -5,6 +5,10 @@ floats: an int64 bound (a seed's 2^63 - 1) came out as `9.223372036854776e+18`, 
 what the server accepts and not an integer. Here the document is built by FastAPI,
 then every bound of an integer schema is put back as the integer it was: integral floats up to
 2^53 convert exactly, and the wider ones are the 64-bit limits the fields declare.
+
+A header is absent or a value: FastAPI writes an optional header as "the value or null", and a
+client reading that sends the text `null` (schemathesis did, and got the 400 the server gives
+it). Each header parameter's schema is its value's schema alone.
 """
 
 from __future__ import annotations
@@ -44,14 +48,27 @@ def with_integer_bounds(node: Any) -> Any:
     return fixed
 
 
+def without_null_headers(document: dict[str, Any]) -> dict[str, Any]:
+    """`document` with every header parameter's schema stripped of its `null` alternative."""
+    for operation in (op for item in document.get("paths", {}).values() for op in item.values()):
+        for parameter in operation.get("parameters", []) if isinstance(operation, dict) else []:
+            schema = parameter.get("schema", {})
+            values = [option for option in schema.get("anyOf", []) if option.get("type") != "null"]
+            if parameter.get("in") == "header" and len(values) == 1:
+                kept = {key: value for key, value in schema.items() if key not in ("anyOf", "default")}
+                parameter["schema"] = {**values[0], **kept}
+    return document
+
+
 def install_openapi(app: FastAPI) -> None:
-    """Serve `app`'s document with integer bounds as integers (built once, on first request)."""
+    """Serve `app`'s document with integer bounds as integers and headers that are never null
+    (built once, on first request)."""
 
     built_by_fastapi = app.openapi
 
     def document() -> dict[str, Any]:
         if app.openapi_schema is None:
-            app.openapi_schema = with_integer_bounds(built_by_fastapi())
+            app.openapi_schema = without_null_headers(with_integer_bounds(built_by_fastapi()))
         return app.openapi_schema
 
     builder: Callable[[], dict[str, Any]] = document

@@ -155,7 +155,11 @@ class _OpenAIRequest(UnicodeChecked):
     # The reply held to a JSON schema or object (contracts/openai_wire/response_format.py).
     response_format: ResponseFormat | None = None
     # The level of service (docs/tiers.md): `auto` (or none) is the team's default tier.
-    service_tier: Literal["auto", "default", "flex", "priority"] | None = None
+    service_tier: Literal["auto", "default", "flex", "priority"] | None = Field(
+        None,
+        description="The level of service (docs/tiers.md). Absent, null or `auto`: the team's default tier. "
+        "With header X-Switchyard-Class as well, the two must name the same tier (else a 400).",
+    )
 
     @field_validator("stream_options")
     @classmethod

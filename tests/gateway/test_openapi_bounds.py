@@ -208,3 +208,23 @@ def test_a_wide_bound_that_is_not_known_is_refused_not_rounded() -> None:
     assert integer_bound(4096.0) == 4096
     with pytest.raises(ValueError, match="lost its exact value"):
         integer_bound(1.8446744073709552e19)
+
+
+async def test_no_header_is_documented_as_null(client: httpx.AsyncClient, spec: dict[str, Any]) -> None:
+    """An optional header is absent or a value: the document never offers `null` (a client that
+    sent the text `null` for x-slo-ttft-ms got a 400 the document had not warned of)."""
+    headers = [
+        (path, parameter)
+        for path, item in spec["paths"].items()
+        for operation in item.values()
+        for parameter in operation.get("parameters", [])
+        if parameter["in"] == "header"
+    ]
+    assert any(parameter["name"] == "x-slo-ttft-ms" for _, parameter in headers)
+    for path, parameter in headers:
+        assert "null" not in str(parameter["schema"]), (path, parameter)
+    ttft = next(p for path, p in headers if path == "/v1/generate" and p["name"] == "x-slo-ttft-ms")
+    assert ttft["schema"] == {"type": "integer", "minimum": 1, "maximum": 3_600_000, "title": "X-Slo-Ttft-Ms"}
+    refused = await client.post("/v1/generate", json=GENERATE, headers={"x-slo-ttft-ms": "null"})
+    assert refused.status_code == 400
+    assert refused.json()["error"]["param"] == "header.x-slo-ttft-ms"

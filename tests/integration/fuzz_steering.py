@@ -32,6 +32,8 @@ sent as generated (only its cost is bounded).
       a name needs tools; tools in force and a
       response_format are not combined
     top_logprobs only with logprobs: true              logprobs set to true
+    service_tier and X-Switchyard-Class name the       service_tier dropped
+      same tier when both are sent
 """
 
 from __future__ import annotations
@@ -70,6 +72,8 @@ def steered(case: schemathesis.Case, model_id: str) -> None:
                 body[name] = MAX_TOKENS
         if positive:
             _keep_body_rules(body, model_id, heads=_heads(case))
+            if body.get("service_tier") not in (None, "auto") and (case.headers or {}).get("x-switchyard-class"):
+                del body["service_tier"]  # the header alone names the tier
         case.body = body
     if positive and case.query:
         case.query = _kept_query_rules(case.operation.path, dict(case.query))

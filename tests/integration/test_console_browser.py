@@ -205,7 +205,7 @@ def test_the_usage_chart_shows_what_v1_usage_returns(new_page: Callable[..., Any
         api = http.get("/v1/usage", params={"start": start, "end": end}).json()["data"]
     assert api, "the team has usage"
     for row in api:
-        series = f"{row['model']} · {row['class']}"
+        series = f"{row['model']} · {row['service_tier']}"  # the console names the tier
         for metric in ("requests", "prompt_tokens", "completion_tokens"):
             path = page.locator(f"#chart-{metric} path[data-series='{series}']")
             assert path.get_attribute("data-total") == str(row[metric]), (series, metric)
