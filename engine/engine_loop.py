@@ -2,7 +2,7 @@
 
     any thread                          step thread (the only one touching the engine)
     ──────────                          ───────────────────────────────────────────────
-    submit(req) ─▶ inbox ──────────────▶ add_request ─▶ step() ─▶ outputs ─▶ stream.push ─▶ notify()
+    submit(req) ─▶ inbox ──────────────▶ add_request ─▶ step() ─▶ outputs ─▶ stream.push ─▶ notify(), once a step
     cancel(id)  ─▶ inbox ──────────────▶ engine.cancel                         │
     stream.drain() / wait() ◀── merged pending output ◀────────────────────────┘
 
@@ -98,19 +98,33 @@ class RequestStream:
             pending, self._pending = self._pending, None
             return pending
 
+    @property
+    def notify(self) -> Callable[[], None] | None:
+        """The callback `push` calls (the loop calls it once per step instead: `push_quietly`)."""
+        return self._notify
+
     def push(self, output: RequestOutput) -> None:
         """Called on the step thread. Merges into what is pending, wakes readers, notifies."""
+        if self.push_quietly(output) and self._notify is not None:
+            notify_once(self._notify, self.request_id)
+
+    def push_quietly(self, output: RequestOutput) -> bool:
+        """`push` without the notify callback; False when the request had already ended."""
         with self._cond:
             if self._finished:
-                return  # a request reports its end once
+                return False  # a request reports its end once
             self._pending = output if self._pending is None else merge_outputs(self._pending, output)
             self._finished = output.finished
             self._cond.notify_all()
-        if self._notify is not None:
-            try:
-                self._notify()
-            except Exception:
-                logger.exception("notify callback of request %r failed", self.request_id)
+        return True
+
+
+def notify_once(notify: Callable[[], None], request_id: str) -> None:
+    """Call a stream's notify callback; its failure is logged, never raised into the step."""
+    try:
+        notify()
+    except Exception:
+        logger.exception("notify callback of request %r failed", request_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,8 +244,13 @@ class EngineLoop:
         return True
 
     def _deliver(self, outputs: list[RequestOutput], step_started: float | None = None) -> None:
-        """Push outputs to their streams, stamping a request's first token and its end."""
+        """Push outputs to their streams, stamping a request's first token and its end.
+
+        Each distinct notify callback is called once, after the step's last push: a host that
+        serves every stream (bls/engine_host.py) wakes once per step, and finds all of the
+        step's outputs there, instead of once per output, part of them still to come."""
         now = time.time() if outputs else 0.0
+        to_notify: dict[Callable[[], None], str] = {}
         for output in outputs:
             with self._cond:
                 stream = self._streams.get(output.request_id)
@@ -244,7 +263,10 @@ class EngineLoop:
                 times.first_step_started, times.first_token = step_started, now
             if output.finished:
                 times.finished = now
-            stream.push(output)
+            if stream.push_quietly(output) and stream.notify is not None:
+                to_notify.setdefault(stream.notify, output.request_id)
+        for notify, request_id in to_notify.items():
+            notify_once(notify, request_id)
 
     def _shutdown(self) -> None:
         """Abort whatever is left: engine requests, and submits the engine never saw."""

@@ -95,6 +95,24 @@ def test_notify_runs_on_the_engine_thread(make_loop: Any, make_request: Any) -> 
     assert threads and set(threads) == {"engine-step"}
 
 
+def test_a_step_notifies_each_callback_once_after_all_its_outputs(make_loop: Any, make_request: Any) -> None:
+    # A host serving every stream passes one callback: it is woken once a step, and then finds
+    # every output of that step already pushed (issue 41: one wake per step, not per output).
+    loop = make_loop(start=False)
+    streams: list[RequestStream] = []
+    seen: list[list[int]] = []  # per notify: how many tokens each stream had pending
+
+    def wake() -> None:
+        drained = [stream.drain() for stream in streams]
+        seen.append([0 if o is None else len(o.new_token_ids) for o in drained])
+
+    for i in range(4):
+        streams.append(loop.submit(make_request(f"r{i}", [1, 2, 3], max_tokens=3, ignore_eos=True), notify=wake))
+    loop.start()
+    wait_until(lambda: all(stream.finished for stream in streams))
+    assert seen == [[1, 1, 1, 1]] * 3  # three steps of four outputs: three wakes, not twelve
+
+
 def test_cancel_ends_a_running_request(make_loop: Any, make_request: Any) -> None:
     loop = make_loop(step_delay_s=0.002)
     stream = loop.submit(make_request("r", [1, 2], max_tokens=5000, ignore_eos=True))
