@@ -77,7 +77,7 @@ def serve(config_path: str, port: int, on_loop: bool) -> None:
     import uvicorn
 
     from gateway.app import create_app
-    from gateway.http_protocol import NoDelayH11Protocol
+    from gateway.server import uvicorn_stack
     from gateway.settings import GatewaySettings
 
     config = load_config(Path(config_path))
@@ -92,7 +92,7 @@ def serve(config_path: str, port: int, on_loop: bool) -> None:
 
     settings = GatewaySettings(config=Path(config_path), sse_heartbeat_s=60.0)
     app = create_app(settings, backend, config, StaticCapacity({"small": 10**9}), catalog)
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", http=NoDelayH11Protocol)
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", **uvicorn_stack(settings))
 
 
 async def _streams(client: httpx.AsyncClient, until: float, gaps: list[float]) -> None:

@@ -75,8 +75,8 @@ def main(argv: list[str] | None = None) -> None:
     import uvicorn
 
     from config.logging_setup import logging_config
-    from gateway.http_protocol import NoDelayH11Protocol
-    from gateway.server import WORKER_HEALTHCHECK_S
+    from gateway.server import WORKER_HEALTHCHECK_S, uvicorn_stack
+    from gateway.settings import GatewaySettings
     from serving.metrics_registry import MULTIPROC_DIR_ENV, fresh_multiprocess_dir
 
     parser = argparse.ArgumentParser(prog="python -m bench.paced_gateway", description=__doc__.split("\n\n")[0])
@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> None:
         port=args.port,
         log_config=logging_config("INFO"),
         timeout_keep_alive=30,
-        http=NoDelayH11Protocol,  # type: ignore[arg-type]
+        **uvicorn_stack(GatewaySettings()),  # SWITCHYARD_HTTP_PROTOCOL, SWITCHYARD_EVENT_LOOP
         backlog=8192,
         timeout_worker_healthcheck=WORKER_HEALTHCHECK_S,
     )

@@ -1,4 +1,5 @@
-"""uvicorn's HTTP/1.1 protocol, with TCP_NODELAY on every connection.
+"""uvicorn's HTTP/1.1 protocols, with TCP_NODELAY on every connection: h11's here, httptools'
+(what the gateway serves with) in gateway/httptools_protocol.py, both behaving as below.
 
 With several workers uvicorn binds the listening socket itself, with protocol number 0, and
 asyncio turns Nagle's algorithm off only on sockets that say IPPROTO_TCP: the workers' small
@@ -58,19 +59,22 @@ class HintedConnection(h11.Connection):
             raise
 
 
-def refusal_response(refusal: h11.RemoteProtocolError | None) -> tuple[int, bytes]:
-    """The status and JSON body answering a head h11 refused."""
-    status = 431 if refusal is not None and refusal.error_status_hint == 431 else 400
+def refusal_body(status: int, reason: str) -> bytes:
+    """The JSON error answering a refused head: `status` 431 (too large) or 400 (`reason`)."""
     if status == 431:
         message = "the request's headers are too large; send under 16 KiB of request line and headers"
         code = "request_header_fields_too_large"
     else:
-        reason = str(refusal) if refusal is not None else "malformed"
         message = f"the request is not valid HTTP/1.1 ({reason[:200]})"
         code = "invalid_http_request"
     error_type, settled = error_kind(status, "invalid_request_error", code)
-    body = json.dumps({"error": error_detail(error_type, message, None, settled)}, separators=(",", ":"))
-    return status, body.encode()
+    return json.dumps({"error": error_detail(error_type, message, None, settled)}, separators=(",", ":")).encode()
+
+
+def refusal_response(refusal: h11.RemoteProtocolError | None) -> tuple[int, bytes]:
+    """The status and JSON body answering a head h11 refused."""
+    status = 431 if refusal is not None and refusal.error_status_hint == 431 else 400
+    return status, refusal_body(status, str(refusal) if refusal is not None else "malformed")
 
 
 class NoDelayH11Protocol(H11Protocol):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import socket
+from typing import Any
 
 import uvicorn
 from fastapi import FastAPI
@@ -21,6 +22,7 @@ from config.process_limits import raise_open_files_limit
 from config.settings import SwitchyardConfig, dump_config, load_config
 from gateway.app import create_app
 from gateway.http_protocol import NoDelayH11Protocol
+from gateway.httptools_protocol import NoDelayHttpToolsProtocol
 from gateway.settings import GatewaySettings
 from serving.metrics_registry import fresh_multiprocess_dir
 
@@ -49,7 +51,7 @@ def serve(
         "log_config": logging_config("INFO"),  # JSON lines, in every worker
         # SSE replies carry their own keep-alive comments; don't cut slow clients short.
         "timeout_keep_alive": 30,
-        "http": NoDelayH11Protocol,  # small writes go at once, however many workers
+        **uvicorn_stack(settings),
         # Connections not yet accepted: room for a burst of thousands of streams opening at
         # once (uvicorn's default is 2,048; the kernel's net.core.somaxconn caps it).
         "backlog": 8192,
@@ -84,6 +86,15 @@ def serve(
         timeout_worker_healthcheck=WORKER_HEALTHCHECK_S,
         **options,  # type: ignore[arg-type]
     )
+
+
+def uvicorn_stack(settings: GatewaySettings) -> dict[str, Any]:
+    """uvicorn's `http` and `loop` options for `settings`: by default httptools' C parser on
+    uvloop (what uvicorn's `[standard]` extra installs), each protocol with TCP_NODELAY, a
+    deadline on request heads and JSON refusals (gateway/http_protocol.py). The gRPC door's
+    grpc.aio server runs on the same loop, uvloop's included."""
+    protocol = NoDelayHttpToolsProtocol if settings.http_protocol == "httptools" else NoDelayH11Protocol
+    return {"http": protocol, "loop": settings.event_loop}
 
 
 def _refuse_if_in_use(host: str, port: int) -> None:

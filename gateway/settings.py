@@ -6,7 +6,7 @@ Models and pools come from `switchyard.yaml`; these are the knobs of one gateway
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -29,6 +29,11 @@ class GatewaySettings(BaseSettings):
     # `serve()` sets it for its workers, processes of their own; an app a test builds in its
     # own process leaves the test runner's heap alone.
     freeze_heap: bool = False
+    # The server stack under uvicorn (gateway/server.py): httptools' C parser on uvloop's loop,
+    # or the pure-Python h11 on the standard library's (kept to measure one against the other:
+    # docs/capacity.md, the relay's figures).
+    http_protocol: Literal["httptools", "h11"] = "httptools"
+    event_loop: Literal["uvloop", "asyncio"] = "uvloop"
     # Gateway worker processes on the one port (state they share lives in Redis).
     workers: Annotated[int, Field(ge=1, le=64)] = 1
     # Retry-After sent with 503s, in seconds.

@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import pytest
 import redis
+import uvloop
 from fastapi import FastAPI
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
@@ -33,6 +34,20 @@ from quota.keys import SyncKeyStore
 from serving.metrics import GatewayMetrics
 from serving.requests_registry import RequestRegistry
 from tests.auth_headers import bearer
+
+# The loops an async test may ask for with `pytest.mark.asyncio(loop_factories=[...])`: the
+# gateway serves on uvloop's (gateway/server.py); a test that names none runs on the standard one.
+LOOP_FACTORIES: dict[str, Callable[[], asyncio.AbstractEventLoop]] = {
+    "asyncio": asyncio.new_event_loop,
+    "uvloop": uvloop.new_event_loop,
+}
+
+
+def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> dict[str, Any]:
+    marker = item.get_closest_marker("asyncio")
+    asked = marker.kwargs.get("loop_factories") if marker is not None else None
+    return LOOP_FACTORIES if asked else {"asyncio": LOOP_FACTORIES["asyncio"]}
+
 
 SENTENCES = [
     "the quick brown fox jumps over the lazy dog",

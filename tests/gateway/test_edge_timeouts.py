@@ -1,6 +1,7 @@
 """Slow and malformed clients under a real uvicorn: a body that stalls or trickles gets 408, and a
 request head sent a byte at a time is cut off, so neither holds a connection for ever; a head too
-large is a JSON 431, one that is not HTTP a JSON 400, each read whole by the client (no reset)."""
+large is a JSON 431, one that is not HTTP a JSON 400, each read whole by the client (no reset).
+Each under both of the gateway's protocols (gateway/server.py's `uvicorn_stack`)."""
 
 from __future__ import annotations
 
@@ -17,9 +18,14 @@ import uvicorn
 from fastapi import FastAPI
 
 from gateway.http_protocol import NoDelayH11Protocol
+from gateway.httptools_protocol import NoDelayHttpToolsProtocol
 
 HEAD_TIMEOUT_S = 1  # uvicorn's timeout_keep_alive: the request head's deadline
 DEADLINE_S = 15.0  # generous: the machine is busy
+
+
+# Each test on the standard library's loop and on uvloop's (what the gateway serves on).
+pytestmark = pytest.mark.asyncio(loop_factories=["asyncio", "uvloop"])
 
 
 @pytest.fixture
@@ -29,16 +35,16 @@ def config_path(config_path: Path) -> Path:
     return config_path
 
 
-@pytest.fixture
-async def port(make_app: Callable[[Any], FastAPI], backend: Any) -> AsyncIterator[int]:
-    """The gateway served by uvicorn with the gateway's own protocol, on a free port."""
+@pytest.fixture(params=[NoDelayHttpToolsProtocol, NoDelayH11Protocol], ids=["httptools", "h11"])
+async def port(make_app: Callable[[Any], FastAPI], backend: Any, request: pytest.FixtureRequest) -> AsyncIterator[int]:
+    """The gateway served by uvicorn with each of the gateway's own protocols, on a free port."""
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     config = uvicorn.Config(
         make_app(backend),
         log_level="warning",
         lifespan="on",
-        http=NoDelayH11Protocol,
+        http=request.param,
         timeout_keep_alive=HEAD_TIMEOUT_S,
     )
     server = uvicorn.Server(config)

@@ -28,6 +28,8 @@ from tests.auth_headers import bearer
 
 from .conftest import FakeBackend
 
+# grpc.aio runs on the gateway's loop, uvloop's (gateway/server.py): every test on both.
+pytestmark = pytest.mark.asyncio(loop_factories=["asyncio", "uvloop"])
 POOL_TOKENS = 100  # alpha and beta: 50 each while both want room
 Until = Callable[[Callable[[], bool]], Any]
 
