@@ -94,3 +94,56 @@ async def test_events_ready_at_once_go_out_as_one_chunk() -> None:
     parted.finish("length")
     rest = [c async for c in stream]
     assert first.count(b"data: ") == 1 and len(rest) == 1 and rest[0].count(b"data: ") == 3
+
+
+class _TextWriter:
+    """A ChunkWriter that frames each delta's text as one event (the OpenAI routes' shape)."""
+
+    def opening(self) -> list[bytes]:
+        return [b"data: open\n\n"]
+
+    def delta(self, delta: GenerationDelta) -> list[bytes]:
+        return [b"data: " + delta.text.encode() + b"\n\n"]
+
+    def finish(self, reason: Any) -> list[bytes]:
+        return [b"data: finish " + str(reason).encode() + b"\n\n"]
+
+    def usage(self, usage: Any) -> bytes:
+        return b"data: usage\n\n"
+
+
+async def test_a_burst_of_deltas_mid_stream_is_one_body_chunk_in_order() -> None:
+    """Deltas that arrive together while a stream waits go out as one write on both stream
+    bodies (/v1/generate's and the OpenAI routes'), each event in order."""
+    from gateway.openai_serving import stream_chunks
+
+    request = GenerationRequest(request_id="r", model_id="m", prompt="p", max_tokens=9)
+    burst = [str(i) for i in range(1, 6)]
+    for route in ("native", "openai"):
+        entry = InflightRequest(request, prompt_tokens=1, started_at=0.0)
+        entry.apply(GenerationDelta(text="0", token_ids=(0,)), now=0.0)
+        if route == "native":
+            stream = stream_events(entry, _NoCancels(), heartbeat_s=5.0)  # type: ignore[arg-type]
+        else:
+            stream = stream_chunks(entry, _NoCancels(), _TextWriter(), False, heartbeat_s=5.0)  # type: ignore[arg-type]
+        first = await anext(stream)
+        waiting = asyncio.ensure_future(anext(stream))  # the stream waits for the next change
+        await asyncio.sleep(0)
+        assert not waiting.done()
+        for i, text in enumerate(burst, start=1):
+            entry.apply(GenerationDelta(text=text, token_ids=(i,)), now=0.0)
+        chunk = await asyncio.wait_for(waiting, timeout=5)
+        events = chunk.split(b"\n\n")[:-1]
+        texts = [e.removeprefix(b"data: ").decode() for e in events]
+        if route == "native":
+            texts = [json.loads(t)["text"] for t in texts]
+            assert json.loads(first.removeprefix(b"data: "))["text"] == "0"
+        assert texts == burst, route
+        entry.finish("length")
+        assert [c async for c in stream][-1].endswith(b"data: [DONE]\n\n")
+
+
+def test_event_json_is_compact_utf8_with_tuples_as_arrays_and_no_nan() -> None:
+    frame = sse_event({"text": "é 😀 \u2028", "token_ids": (1, 2), "x": float("nan")})
+    assert frame == 'data: {"text":"é 😀 \u2028","token_ids":[1,2],"x":null}\n\n'.encode()
+    assert json.loads(frame[len(b"data: ") : -2]) == {"text": "é 😀 \u2028", "token_ids": [1, 2], "x": None}
