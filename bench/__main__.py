@@ -16,6 +16,7 @@ from bench import (
     bench_edge,
     bench_gpu,
     bench_guided,
+    bench_peers,
     bench_prefill,
     bench_scale,
     bench_schedule,
@@ -32,6 +33,7 @@ OFFLINE = {
     "concurrency": bench_concurrency.main,  # its own two-worker gateway and Redis, no Triton
     "short-request": bench_short_request.main,  # its own one-worker gateway and Redis, no Triton
     "guided": bench_guided.main,  # the engine alone: grammar masks and compiles
+    "peers": bench_peers.main,  # its own upstream, the project's gateway, LiteLLM, smg, vllm-router
 }
 
 
@@ -57,6 +59,9 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["short-request"] and len(argv) > 1:  # its own flags (--requests N, --quick)
         bench_short_request.main(argv[1:])
         return 0
+    if argv[:1] == ["peers"] and len(argv) > 1:  # its own flags (--quick, --only NAME ..., --hold S)
+        bench_peers.main(argv[1:])
+        return 0
     if argv[:1] == ["concurrency"] and len(argv) > 1:  # its own flags (--quick, --max-streams N, --hold S)
         bench_concurrency.main(argv[1:])
         return 0
@@ -69,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         "`gpu [--engine llmapi|legacy] [--config PATH]` and "
         "`concurrency [--quick | --max-streams N] [--hold S]` and "
         "`short-request [--requests N | --quick]` and "
+        "`peers [--quick] [--only NAME ...] [--hold S]` and "
         "`serving_overhead [--seconds S | --quick] [--cap N] [--label L]` alone",
     )
     args = parser.parse_args(argv)
