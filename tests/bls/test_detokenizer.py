@@ -117,3 +117,28 @@ def test_priming_at_any_cut_reaches_the_state_the_streaming_server_had(tokenizer
         assert primed.state.read_offset == state.read_offset, f"cut at {cut}"
         resumed = detok.step(ids, primed.state, is_final=True)
         assert sent + resumed.text == whole, f"cut at {cut}"
+
+
+@pytest.mark.parametrize("chunk", [1, 22])
+def test_the_cost_of_a_step_does_not_grow_with_the_reply(tokenizer: PromptTokenizer, chunk: int) -> None:
+    # Issue 41: what a token costs to detokenize is bounded by the window, never the reply so far.
+    # Counted in tokens handed to `decode` (its cost), not timed: 2,000 tokens one step at a time.
+    ids = tokenizer.encode_stop(" ".join(f"word{i} 你好 🚀" for i in range(400)))[:2000]
+    assert len(ids) == 2000
+    decoded: list[int] = []
+
+    def decode(token_ids: Sequence[int]) -> str:
+        decoded.append(len(token_ids))
+        return tokenizer.decode(token_ids)
+
+    detok, state, per_step = IncrementalDetokenizer(decode), DetokenizerState(), []
+    for end in [*range(chunk, len(ids), chunk), len(ids)]:
+        before = len(decoded)
+        state = detok.step(ids[:end], state, is_final=end == len(ids)).state
+        per_step.append(sum(decoded[before:]))
+    assert state.read_offset == len(ids)
+    early, late = per_step[5:25], per_step[-21:-1]
+    assert sum(late) <= 1.5 * sum(early)  # the same window at token 2,000 as at token 100
+    # At most a decode per token of the step (looking back for a complete character), each of
+    # the step's tokens and the previous one's window: bounded by the step, not the reply.
+    assert max(per_step) <= (chunk + 8) * (chunk + 2)
