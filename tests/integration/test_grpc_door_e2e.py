@@ -100,7 +100,7 @@ async def _stream(
     text, token_ids, final = [], [], {}
     try:
         async for result, error in client.stream_infer(one(), headers=headers):
-            assert error is None, error
+            assert error is None, f"{prompt!r}: {error.message()}"  # the door's words, not the bare repr
             text.append(result.as_numpy("text_output")[0].decode("utf-8", errors="replace"))
             token_ids += result.as_numpy("output_token_ids").tolist()
             if started is not None and len(token_ids) >= 2:
