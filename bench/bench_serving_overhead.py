@@ -67,7 +67,7 @@ from stack.measured_stack import measured_config
 NAME = "serving_overhead"
 POOL = "bench-small"
 PROMPT_TOKENS = 200
-TARGET_RELAY_MS = 0.6  # issue 30: the relay's CPU per streamed response, summed over its processes
+TARGET_RELAY_MS = 1.0  # issue 41 (0.6 of issue 30 retired): the relay's CPU per streamed response, summed
 READY_TIMEOUT_S = 180.0
 
 
