@@ -34,6 +34,8 @@ from server_host.process import wait_until
 
 IDLE_WINDOW_S = 3.0
 SETTLE_TIMEOUT_S = 90.0
+QUIET_CORES = 0.1
+QUIET_WINDOW_S = 1.0
 PROBE_SOURCE = "127.0.0.2"
 # How long after the hold the probes may still take (one that waits 30 s for its first event is late)
 PROBE_GRACE_S = 45.0
@@ -59,7 +61,7 @@ class Plan:
     def reply_tokens(self, streams: int) -> int:
         """A held stream's tokens: at 25 a second, open past the step's end but not far past
         it (a gateway that does not cancel a dropped stream's reply leaves it running)."""
-        return round(EVENTS_PER_S * (self.open_deadline_s(streams) + self.hold_s + 10))
+        return round(EVENTS_PER_S * (self.open_deadline_s(streams) + self.hold_s + PROBE_GRACE_S + 10))
 
 
 class Addresses:
@@ -117,7 +119,15 @@ def settle(gateway: Gateway, upstream: Gateway | None) -> int:
     wait_until(lambda: served_connections((gateway.port,)) == 0, SETTLE_TIMEOUT_S, 0.25)
     behind = upstream is not None and upstream.name != gateway.name
     wait_until(lambda: not behind or _in_flight(upstream) == 0, SETTLE_TIMEOUT_S if behind else 0, 0.5)
+    wait_until(lambda: _quiet(gateway), SETTLE_TIMEOUT_S, 0.0)  # its cancelled requests' own work done
     return _in_flight(upstream) if behind else 0
+
+
+def _quiet(gateway: Gateway) -> bool:
+    """Whether the gateway used under `QUIET_CORES` over the next `QUIET_WINDOW_S`."""
+    before = _cpu_of(gateway.pids())
+    time.sleep(QUIET_WINDOW_S)
+    return _cpu_of(gateway.pids()) - before < QUIET_CORES * QUIET_WINDOW_S
 
 
 def idle_cpu(gateway: Gateway, upstream: Gateway | None) -> Cpu:
