@@ -20,6 +20,7 @@ import pytest
 from build_engines.repository import fill_repository
 from config.redis_client import redis_client, sync_redis_client
 from config.settings import Ports
+from fleet_state.load_board import LoadBoard
 from fleet_state.registry import ServerInfo, ServerRegistry, server_key
 from fleet_state.server_state import ServerState
 from server_host.load_publisher import LoadPublisher
@@ -79,6 +80,19 @@ class Fleet:
         asyncio.run(register_all())
         self._beat.start()
 
+    def reported(self, pool_id: str) -> bool:
+        """Whether every fleet server's load is on the board (admission counts a server's KV
+        only from its report: before both are in, the pool holds one server's 8,192 tokens)."""
+
+        async def read() -> set[str]:
+            client = redis_client(self.gateway.config, "admin")
+            try:
+                return set((await LoadBoard(client).read([pool_id])).get(pool_id, {}))
+            finally:
+                await client.aclose()
+
+        return set(self.servers) <= asyncio.run(read())
+
     def kill(self, server_id: str) -> None:
         self.alive.discard(server_id)
         pid = self.servers[server_id].pid
@@ -128,6 +142,7 @@ def fleet(triton_pool: TritonPool, live_gateway: LiveGateway) -> Iterator[Fleet]
     fleet = Fleet(live_gateway, servers)
     try:
         fleet.register(triton_pool.pool_id)
+        assert wait_until(lambda: fleet.reported(triton_pool.pool_id), 60, interval_s=0.1), "loads never reported"
         # Until the gateway's directory has read them it routes to the session's configured
         # server, which no test here kills: wait until a request reaches one of the fleet's.
         assert wait_until(lambda: _reaches_fleet(live_gateway, servers), 60, interval_s=0.1), "never routed"
